@@ -1,0 +1,99 @@
+"""The root of the command line: a thin click layer over the library.
+
+Each command group lives in ``forensics/cli_<area>.py`` and exposes ``register(cli)``.
+``main()`` owns the exit-code contract: library errors become one ``Error: …`` line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from forensics import __version__
+from forensics.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ForensicsError
+
+# Command-group modules, in the order their commands appear in --help.
+COMMAND_MODULES = (
+    "forensics.cli_ingest",
+    "forensics.cli_diagnose",
+    "forensics.cli_remote",
+    "forensics.cli_bench",
+    "forensics.cli_plot",
+    "forensics.cli_sim",
+)
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class OrderedGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=OrderedGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="forensics")
+@click.option(
+    "--store",
+    "store_path",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Store folder (default: $FORENSICS_HOME, else ./.forensics).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
+    """forensics: the runs, failures and speed of your LLM-serving experiments.
+
+    Ingest SGLang server logs (local or ssh://), see every run in one table, find in which
+    phase a launch died and why, relaunch it with evidence, benchmark a server, plot trends.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["store_path"] = store_path
+    ctx.obj["debug"] = debug or bool(os.environ.get("FORENSICS_DEBUG"))
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(cli)
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
+        os.environ.get("FORENSICS_DEBUG")
+    )
+    try:
+        rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False)
+    except ForensicsError as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # noqa: BLE001 - the contract: never a raw traceback
+        if debug:
+            raise
+        click.echo(
+            f"Error: internal error: {type(exc).__name__}: {exc} "
+            "(this is a bug; rerun with --debug for the traceback)",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Helpers shared by the command modules: store access, output formats, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from forensics.store import Store
+
+
+def get_store(ctx: click.Context, *, create: bool = True) -> Store:
+    from forensics.store import Store
+
+    root = ctx.find_root()
+    obj = root.obj or {}
+    if "store" not in obj:
+        obj["store"] = Store.open(obj.get("store_path"), create=create)
+    return obj["store"]
+
+
+def json_default(value: Any) -> Any:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return str(value)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, default=json_default, indent=2, ensure_ascii=False))
+
+
+def emit_frame(df: pl.DataFrame, fmt: str, *, title: str | None = None) -> None:
+    """Print a frame as a rich table (people), JSON (array of objects) or CSV (scripts)."""
+    if fmt == "json":
+        echo_json(df.to_dicts())
+    elif fmt == "csv":
+        sys.stdout.write(df.write_csv())
+    else:
+        print_table(df, title=title)
+
+
+def fmt_cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "—"
+        return f"{value:.2f}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def print_table(df: pl.DataFrame, *, title: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for col in df.columns:
+        numeric = df[col].dtype.is_numeric()
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
+    for row in df.iter_rows():
+        table.add_row(*(fmt_cell(v) for v in row))
+    Console(width=max(100, min(250, 20 * len(df.columns)))).print(table)
+
+
+def format_option(*, csv: bool = True):
+    """--json / --csv flags folded into one `fmt` parameter."""
+    choices = ["table", "json", "csv"] if csv else ["table", "json"]
+
+    def deco(f):
+        f = click.option(
+            "--json", "fmt", flag_value="json", help="Print JSON (an array of objects)."
+        )(f)
+        if csv:
+            f = click.option("--csv", "fmt", flag_value="csv", help="Print CSV.")(f)
+        f = click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(choices),
+            default="table",
+            show_default=True,
+            help="Output format.",
+        )(f)
+        return f
+
+    return deco

@@ -1,0 +1,139 @@
+"""`forensics ingest`, `forensics runs`, `forensics show`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from forensics.cli_common import echo_json, emit_frame, format_option, get_store
+
+# The columns `forensics runs` prints as a table (JSON/CSV carry all RUN_COLUMNS).
+TABLE_COLUMNS = [
+    "name",
+    "spec_algorithm",
+    "num_steps",
+    "topk",
+    "num_draft_tokens",
+    "cuda_graph",
+    "phase_reached",
+    "load_s",
+    "capture_s",
+    "ready_s",
+    "gen_throughput_median",
+    "accept_len_mean",
+    "bench_tok_s",
+    "phase",
+    "signature",
+]
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(ingest_cmd)
+    cli.add_command(runs_cmd)
+    cli.add_command(show_cmd)
+
+
+@click.command("ingest")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-r", "--recursive", is_flag=True, help="Descend into sub-folders of folders.")
+@click.option(
+    "--name-pattern",
+    metavar="REGEX",
+    help="Regex with named groups (num_steps, topk, num_draft_tokens, cuda_graph, ...) "
+    "to read the configuration from file names.",
+)
+@click.option("--lock-timeout", type=float, default=None, help="Seconds to wait for the store lock.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.pass_context
+def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, as_json):
+    """Parse SGLang server logs into the store.
+
+    INPUTS are files, folders, globs (quoted, expanded by forensics), ssh://user@host/path/*.log
+    or NAME:/path/*.log for a host named in forensics.toml. Idempotent and incremental:
+    unchanged files are skipped, grown files are read from where the last ingest stopped.
+    """
+    from forensics.ingest import exit_code_for, ingest
+
+    store = get_store(ctx)
+    progress = None
+    if not as_json and sys.stderr.isatty():
+        from rich.console import Console
+
+        console = Console(stderr=True)
+
+        def progress(path: str, i: int, n: int) -> None:
+            console.print(f"[dim][{i + 1}/{n}][/dim] {path}", highlight=False)
+
+    summary = ingest(
+        store,
+        list(inputs),
+        recursive=recursive,
+        name_pattern=name_pattern,
+        progress=progress,
+        lock_timeout=lock_timeout,
+    )
+    data = summary.as_dict()
+    if as_json:
+        echo_json(data)
+    else:
+        for w in summary.warnings:
+            click.echo(f"Warning: {w}", err=True)
+        st = data["files_by_status"]
+        parts = ", ".join(f"{v} {k}" for k, v in sorted(st.items()))
+        click.echo(
+            f"Ingested {data['files']} file(s) ({parts}) into {store.root}: "
+            f"{data['runs']} run(s), {data['lines_total']} lines, {data['decode_lines']} decode lines, "
+            f"{data['lines_unparsed']} unrecognised, in {data['seconds']:.2f} s"
+        )
+        skipped = data["files_skipped"]
+        if skipped:
+            click.echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))
+    if summary.interrupted:
+        ctx.exit(130)
+    ctx.exit(exit_code_for(summary))
+
+
+@click.command("runs")
+@click.argument("match", required=False)
+@format_option()
+@click.option("--all-columns", is_flag=True, help="Show every column in the table view.")
+@click.pass_context
+def runs_cmd(ctx, match, fmt, all_columns):
+    """One table of every run (filter by a name fragment)."""
+    from forensics.errors import RunNotFound
+    from forensics.runs import RUN_COLUMNS, runs_table
+
+    store = get_store(ctx)
+    df = runs_table(store, match)
+    if match and df.is_empty():
+        full = runs_table(store)
+        names = ", ".join(full["name"].head(12).to_list()) if not full.is_empty() else "none"
+        raise RunNotFound(f"{match}: no run matches (runs: {names})", hint="forensics runs")
+    if fmt in ("json", "csv"):
+        emit_frame(df.select([c for c in RUN_COLUMNS if c in df.columns]), fmt)
+        return
+    if df.is_empty():
+        click.echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
+        return
+    cols = RUN_COLUMNS if all_columns else [c for c in TABLE_COLUMNS if c in df.columns]
+    emit_frame(df.select(cols), "table", title=f"{len(df)} run(s)")
+
+
+@click.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def show_cmd(ctx, run, as_json):
+    """A readable report of one run: config, stage timeline, metrics, errors."""
+    from forensics.report_text import render_show, show_data
+    from forensics.runs import find_runs
+
+    store = get_store(ctx)
+    hits = find_runs(store, run)
+    datas = [show_data(store, row) for row in hits.iter_rows(named=True)]
+    if as_json:
+        echo_json(datas if len(datas) > 1 else datas[0])
+        return
+    for d in datas:
+        render_show(d)

@@ -1,0 +1,90 @@
+"""The library's exceptions and the exit-code contract.
+
+The library raises these; the CLI turns them into one line, ``Error: <message>``, and the
+exit code below. Messages name the thing, the cause and the fix. See docs/exit-codes.md.
+"""
+
+from __future__ import annotations
+
+# The exit-code contract (documented in docs/exit-codes.md and tested one by one).
+EXIT_OK = 0
+EXIT_INTERNAL = 1  # a bug, or a runtime failure with no better code
+EXIT_USAGE = 2  # bad flags, a directory where a file was expected
+EXIT_NOT_FOUND = 3  # input missing or unreadable, glob matched nothing, no run matched
+EXIT_PARTIAL = 4  # some inputs or requests failed; summary printed
+EXIT_REMOTE = 5  # SSH: unreachable, auth, host key
+EXIT_DEADLINE = 6  # a deadline passed (SSH command, health wait, bench)
+EXIT_STORE = 7  # the local store is locked, corrupt or the disk is full
+EXIT_INTERRUPTED = 130  # Ctrl-C; partial results committed and marked
+
+
+class ForensicsError(Exception):
+    """Base class. ``exit_code`` is the CLI's exit status for this error."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} (try: {self.hint})"
+        return self.message
+
+
+class UsageError(ForensicsError):
+    exit_code = EXIT_USAGE
+
+
+class InputNotFound(ForensicsError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class RunNotFound(ForensicsError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class ParseError(ForensicsError):
+    exit_code = EXIT_USAGE
+
+
+class PartialFailure(ForensicsError):
+    exit_code = EXIT_PARTIAL
+
+
+class HostUnreachable(ForensicsError):
+    exit_code = EXIT_REMOTE
+
+
+class HostKeyError(ForensicsError):
+    exit_code = EXIT_REMOTE
+
+
+class AuthFailed(ForensicsError):
+    exit_code = EXIT_REMOTE
+
+
+class RemoteError(ForensicsError):
+    exit_code = EXIT_REMOTE
+
+
+class DeadlineExceeded(ForensicsError):
+    exit_code = EXIT_DEADLINE
+
+
+class StoreError(ForensicsError):
+    exit_code = EXIT_STORE
+
+
+class StoreLocked(StoreError):
+    pass
+
+
+class LaunchFailed(ForensicsError):
+    exit_code = EXIT_INTERNAL
+
+
+class ConfigError(ForensicsError):
+    exit_code = EXIT_USAGE

@@ -1,0 +1,435 @@
+"""Inputs (local paths, globs, directories, ssh:// and NAME:/path) -> parser -> store.
+
+Idempotent and incremental. Each log file is a *source* with a stable id (sha1 of host and
+real path). The manifest keeps, per source, its size, mtime, a hash of its first bytes, the
+offset of the last complete line parsed and the parser's state at that point:
+
+* unchanged (same size, mtime and head)  -> skipped without reading;
+* grown (same head, larger)              -> only the new bytes are parsed, from the saved state;
+* rewritten or truncated (head differs, or smaller) -> its rows are dropped and it is re-parsed.
+
+Rows of complete lines are immutable parts of the source. The run summaries (``runs``) and the
+records of an unfinished last line (``<sid>~tail``) are replaced at every ingest. One store
+transaction per file: a crash or Ctrl-C leaves each file either fully ingested or as it was.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import polars as pl
+
+from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageError
+from forensics.store import Store
+from parsers.sglang import SCHEMAS, Frames, LogParser
+
+READ_CHUNK = 16 << 20
+FLUSH_ROWS = 1_000_000  # rows buffered per table before a part is written
+HEAD_BYTES = 4096
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".gz")
+PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    host: str
+    status: str  # new | grown | rewritten | unchanged | skipped | failed
+    reason: str = ""
+    source_id: str = ""
+    runs: int = 0
+    lines: int = 0
+    decode_lines: int = 0
+    bytes_parsed: int = 0
+
+
+@dataclass
+class IngestSummary:
+    files: list[FileOutcome] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    interrupted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        by_status: dict[str, int] = {}
+        skipped: dict[str, int] = {}
+        for f in self.files:
+            by_status[f.status] = by_status.get(f.status, 0) + 1
+            if f.status in ("skipped", "failed"):
+                skipped[f.reason] = skipped.get(f.reason, 0) + 1
+        unparsed = {k: v for k, v in self.counts.items() if k.startswith("unknown")}
+        return {
+            "files": len(self.files),
+            "files_by_status": by_status,
+            "files_skipped": skipped,
+            "runs": sum(f.runs for f in self.files if f.status not in ("unchanged",)),
+            "lines_total": self.stats.get("lines_total", 0),
+            "records": sum(v for k, v in self.counts.items() if not k.startswith("unknown")),
+            "decode_lines": self.counts.get("decode", 0),
+            "prefill_lines": self.counts.get("prefill", 0),
+            "lines_unparsed": sum(unparsed.values()),
+            "lines_by_kind": dict(sorted(self.counts.items())),
+            "bytes_parsed": sum(f.bytes_parsed for f in self.files),
+            **{
+                k: self.stats.get(k, 0)
+                for k in (
+                    "decode_errors",
+                    "nul_bytes",
+                    "long_lines_truncated",
+                    "progress_frames_collapsed",
+                    "ansi_stripped",
+                    "ts_out_of_order",
+                    "partial_lines",
+                    "compressed_truncated",
+                )
+            },
+            "segments_detected": sum(f.runs for f in self.files),
+            "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted,
+            "warnings": self.warnings,
+            "file_details": [f.__dict__ for f in self.files],
+        }
+
+
+def source_id(host: str, path: str) -> str:
+    return hashlib.sha1(f"{host}:{path}".encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------
+# Expanding inputs
+# --------------------------------------------------------------------------------------
+def _has_magic(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def expand_inputs(
+    inputs: list[str], *, recursive: bool = False, warn: Callable[[str], None]
+) -> list[tuple[Any, str]]:
+    """-> [(host, path)] of files, deduplicated, in the order given."""
+    from forensics.hosts import resolve_location
+
+    out: list[tuple[Any, str]] = []
+    seen: set[tuple[str, str]] = set()
+    missing: list[ForensicsError] = []
+    for text in inputs:
+        host, path = resolve_location(text)
+        local = host.name == "local"
+        if local:
+            path = os.path.expanduser(path)
+        candidates: list[str]
+        if _has_magic(path):
+            try:
+                candidates = host.glob(path)
+            except InputNotFound as exc:
+                missing.append(
+                    InputNotFound(
+                        f"{text}: no files matched",
+                        hint="check the pattern; quote it so your shell does not expand it",
+                    )
+                )
+                del exc
+                continue
+        else:
+            if not host.exists(path):
+                missing.append(
+                    InputNotFound(
+                        f"{text}: no such file",
+                        hint="the launch may never have written its log; "
+                        f"try: forensics diagnose {PurePosixPath(path).stem} --relaunch",
+                    )
+                )
+                continue
+            candidates = [path]
+        for cand in candidates:
+            if host.is_dir(cand):
+                pattern = cand.rstrip("/") + ("/**/*" if recursive else "/*")
+                try:
+                    inside = [
+                        p
+                        for p in host.glob(pattern)
+                        if p.endswith(LOG_SUFFIXES) and not host.is_dir(p)
+                    ]
+                except InputNotFound:
+                    inside = []
+                if not inside:
+                    warn(f"{cand}: directory holds no *.log files")
+                candidates_ = inside
+            else:
+                candidates_ = [cand]
+            for p in candidates_:
+                real = os.path.realpath(p) if local else p
+                key = (host.name, real)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append((host, real))
+    if missing and not out:
+        if len(missing) == 1:
+            raise missing[0]
+        raise InputNotFound("; ".join(str(m) for m in missing))
+    for m in missing:
+        warn(str(m))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Ingesting
+# --------------------------------------------------------------------------------------
+class _Buffer:
+    """Frames accumulated for one source, written as parts every FLUSH_ROWS rows."""
+
+    def __init__(self, tx: Any, sid: str):
+        self.tx = tx
+        self.sid = sid
+        self.pending: dict[str, list[pl.DataFrame]] = {t: [] for t in PER_SOURCE_TABLES}
+        self.rows: dict[str, int] = dict.fromkeys(PER_SOURCE_TABLES, 0)
+
+    def add(self, frames: Frames, *, part_sid: str | None = None, path: str, host: str) -> None:
+        for t in PER_SOURCE_TABLES:
+            df = getattr(frames, t)
+            if df.is_empty():
+                continue
+            df = df.with_columns(pl.lit(self.sid).alias("source_id"))
+            if part_sid is not None:
+                self.tx.append(t, df, source_id=part_sid)
+                continue
+            self.pending[t].append(df)
+            self.rows[t] += len(df)
+            if self.rows[t] >= FLUSH_ROWS:
+                self.flush(t)
+
+    def flush(self, table: str | None = None) -> None:
+        for t in [table] if table else PER_SOURCE_TABLES:
+            if self.pending[t]:
+                self.tx.append(
+                    t, pl.concat(self.pending[t], how="vertical_relaxed"), source_id=self.sid
+                )
+                self.pending[t] = []
+                self.rows[t] = 0
+
+
+def _decoded_chunks(host: Any, path: str, offset: int, head: bytes) -> Iterator[bytes]:
+    """File bytes from ``offset`` as UTF-8: gzip is inflated (P12), UTF-16 re-encoded (P26)."""
+    if head[:2] == b"\x1f\x8b":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        for chunk in host.iter_chunks(path, 0):
+            yield d.decompress(chunk)
+        if not d.eof:
+            raise gzip.BadGzipFile("compressed stream ends early")
+        return
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        enc = "utf-16"
+        data = host.read(path)
+        yield data.decode(enc, errors="replace").encode("utf-8")
+        return
+    first = offset == 0
+    for chunk in host.iter_chunks(path, offset, READ_CHUNK):
+        if first and chunk.startswith(b"\xef\xbb\xbf"):
+            chunk = chunk[3:]
+        first = False
+        yield chunk
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head or head[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
+        return False
+    if head[:4] == b"\x28\xb5\x2f\xfd" or head[:4] == b"PK\x03\x04" or head[:4] == b"\x7fELF":
+        return True
+    sample = head[:HEAD_BYTES]
+    nul = sample.count(b"\x00")
+    # a NUL-padded tail is handled by the parser (P10); a NUL-heavy head is a binary file
+    if nul > len(sample) * 0.3 and sample.strip(b"\x00"):
+        return True
+    ctrl = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    return ctrl > len(sample) * 0.1
+
+
+def ingest(
+    store: Store,
+    inputs: list[str],
+    *,
+    recursive: bool = False,
+    name_pattern: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    lock_timeout: float | None = None,
+) -> IngestSummary:
+    """Ingest every log the inputs name. Raises InputNotFound when none exists."""
+    t0 = time.monotonic()
+    summary = IngestSummary()
+    if name_pattern:
+        import re
+
+        try:
+            re.compile(name_pattern)
+        except re.error as exc:
+            raise UsageError(
+                f"--name-pattern {name_pattern!r}: not a regular expression ({exc})",
+                hint="e.g. '(?P<num_steps>\\d+)step'",
+            ) from exc
+    files = expand_inputs(inputs, recursive=recursive, warn=summary.warnings.append)
+    try:
+        for i, (host, path) in enumerate(files):
+            if progress:
+                progress(path, i, len(files))
+            outcome = _ingest_one(store, host, path, summary, name_pattern, lock_timeout)
+            summary.files.append(outcome)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    summary.seconds = time.monotonic() - t0
+    return summary
+
+
+def _ingest_one(
+    store: Store,
+    host: Any,
+    path: str,
+    summary: IngestSummary,
+    name_pattern: str | None,
+    lock_timeout: float | None,
+) -> FileOutcome:
+    from forensics.hosts import ReadIncomplete
+
+    hname = host.name
+    sid = source_id(hname, path)
+    out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
+    try:
+        st = host.stat(path)
+    except InputNotFound:
+        out.status, out.reason = "skipped", "vanished"
+        summary.warnings.append(f"{path}: vanished before it could be read")
+        return out
+    except PermissionError:
+        out.status, out.reason = "skipped", "permission"
+        summary.warnings.append(f"{path}: permission denied (skipped)")
+        return out
+    try:
+        head = host.read(path, 0, HEAD_BYTES) if st.size else b""
+    except PermissionError:
+        out.status, out.reason = "skipped", "permission"
+        summary.warnings.append(f"{path}: permission denied (skipped)")
+        return out
+    except OSError as exc:
+        out.status, out.reason = "skipped", "unreadable"
+        summary.warnings.append(f"{path}: unreadable ({exc.strerror or exc}), skipped")
+        return out
+    if _looks_binary(head):
+        out.status, out.reason = "skipped", "binary"
+        summary.warnings.append(f"{path}: binary file, not a log (skipped)")
+        return out
+    head_hash = hashlib.sha1(head[: min(len(head), HEAD_BYTES)]).hexdigest()
+    compressed = head[:2] == b"\x1f\x8b" or head[:2] in (b"\xff\xfe", b"\xfe\xff")
+
+    with store.transaction(lock_timeout) as tx:
+        prev = tx.man.sources.get(sid)
+        state = None
+        offset = 0
+        if prev is not None:
+            same_head = prev.get("head_hash") == hashlib.sha1(
+                head[: prev.get("head_len", 0)]
+            ).hexdigest() and prev.get("head_len", 0) <= len(head)
+            if (
+                prev.get("size") == st.size
+                and prev.get("mtime") == st.mtime
+                and prev.get("head_hash_full") == head_hash
+            ):
+                out.status = "unchanged"
+                out.runs = prev.get("runs", 0)
+                return out
+            if (
+                not compressed
+                and same_head
+                and st.size >= prev.get("offset", 0)
+                and prev.get("state") is not None
+            ):
+                out.status = "grown"
+                offset = prev["offset"]
+                state = prev["state"]
+                # records of a previously unfinished last line, and the run summaries,
+                # are replaced below
+                tx.drop_source(sid + "~tail")
+                tx.drop_source(sid + "~runs")
+            else:
+                out.status = "rewritten"
+                tx.drop_source(sid)
+        if st.size == 0:
+            summary.warnings.append(f"{path}: empty file (0 bytes)")
+        date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+        parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
+        buf = _Buffer(tx, sid)
+        consumed = offset
+        last_frames: Frames | None = None
+        try:
+            for chunk in _decoded_chunks(host, path, offset, head):
+                consumed += len(chunk)
+                frames = parser.feed(chunk)
+                _account(summary, out, frames)
+                buf.add(frames, path=path, host=hname)
+                last_frames = frames
+        except ReadIncomplete as exc:
+            summary.warnings.append(f"{path}: {exc.message}; kept what was read")
+            out.reason = "incomplete"
+        except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
+            summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
+            summary.warnings.append(f"{path}: compressed stream is truncated ({exc}); kept what was decoded")
+        buf.flush()
+        complete_state = parser.state()
+        complete_offset = consumed - parser.pending_bytes if not compressed else consumed
+        tail = parser.finish()
+        _account(summary, out, tail)
+        buf.add(tail, part_sid=sid + "~tail", path=path, host=hname)
+        runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+        if runs is not None and not runs.is_empty():
+            runs = runs.with_columns(
+                pl.lit(sid).alias("source_id"),
+                pl.lit(path).alias("path"),
+                pl.lit(hname).alias("host_name"),
+            )
+            tx.append("runs", runs, source_id=sid + "~runs")
+            out.runs = len(runs)
+        tx.set_source(
+            sid,
+            {
+                "path": path,
+                "host": hname,
+                "size": st.size,
+                "mtime": st.mtime,
+                "inode": st.inode,
+                "head_len": min(len(head), HEAD_BYTES),
+                "head_hash": head_hash,
+                "head_hash_full": head_hash,
+                "offset": complete_offset,
+                "state": None if compressed else complete_state,
+                "runs": out.runs,
+                "ingested_at": time.time(),
+            },
+        )
+    out.bytes_parsed = consumed - offset
+    return out
+
+
+def _account(summary: IngestSummary, out: FileOutcome, frames: Frames) -> None:
+    for k, v in frames.counts.items():
+        summary.counts[k] = summary.counts.get(k, 0) + v
+    for k, v in frames.stats.items():
+        summary.stats[k] = summary.stats.get(k, 0) + v
+    out.lines += frames.stats.get("lines_total", 0)
+    out.decode_lines += frames.counts.get("decode", 0)
+
+
+def exit_code_for(summary: IngestSummary) -> int:
+    """0, or 4 (partial) when some files failed or were skipped for a reason other than empty."""
+    bad = [f for f in summary.files if f.status in ("failed",)]
+    return EXIT_PARTIAL if bad else 0
+
+
+__all__ = ["ingest", "IngestSummary", "FileOutcome", "expand_inputs", "source_id", "SCHEMAS"]

@@ -1,0 +1,334 @@
+"""The one table of every run: configuration, startup timings, decode metrics, outcome.
+
+Derived from the stored parse (``runs``, ``events``, ``decode``, ``errors``) at read time,
+joined with the classifier's verdicts and the latest benchmark of each run when present.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import PurePosixPath
+
+import polars as pl
+
+from forensics.errors import RunNotFound
+from forensics.store import Store
+
+# The columns of `forensics runs`, in order (JSON: these keys; null where unknown).
+RUN_COLUMNS = [
+    "run_id",
+    "name",
+    "path",
+    "host",
+    "started_at",
+    "model_path",
+    "draft_model_path",
+    "spec_algorithm",
+    "num_steps",
+    "topk",
+    "num_draft_tokens",
+    "cuda_graph",
+    "tp_size",
+    "phase_reached",
+    "load_s",
+    "capture_s",
+    "ready_s",
+    "decode_lines",
+    "gen_throughput_median",
+    "accept_len_mean",
+    "accept_rate_mean",
+    "accept_rate_norm",
+    "phase",
+    "hung",
+    "signature",
+    "bench_tok_s",
+    "bench_accept_len",
+    "error",
+]
+
+# phase_reached: furthest startup stage seen, highest rank wins.
+STAGE_RANK = [
+    ("server_args", "args", 1),
+    ("dist_init_begin", "load", 2),
+    ("dist_init_end", "load", 2),
+    ("load_begin", "load", 2),
+    ("load_end", "load", 2),
+    ("kv_pool", "load", 2),
+    ("pool_end", "load", 2),
+    ("capture_begin", "capture", 3),
+    ("capture_progress", "capture", 3),
+    ("capture_end", "capture", 3),
+    ("capacity", "capture", 3),
+    ("uvicorn_started", "capture", 3),
+    ("warmup", "capture", 3),
+    ("ready", "ready", 4),
+]
+PHASE_NAMES = {0: "none", 1: "args", 2: "load", 3: "capture", 4: "ready", 5: "serving"}
+
+
+def _run_names(runs: pl.DataFrame) -> pl.DataFrame:
+    counts = runs.group_by("source_id").agg(pl.len().alias("_n"))
+    runs = runs.join(counts, on="source_id", how="left")
+    stem = pl.col("path").map_elements(
+        lambda p: PurePosixPath(p).name.removesuffix(".gz").rsplit(".", 1)[0]
+        if "." in PurePosixPath(p).name
+        else PurePosixPath(p).name,
+        return_dtype=pl.String,
+    )
+    return runs.with_columns(
+        (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).alias("run_id"),
+        pl.when(pl.col("_n") > 1)
+        .then(stem + "#" + (pl.col("run_index") + 1).cast(pl.String))
+        .otherwise(stem)
+        .alias("name"),
+    ).drop("_n")
+
+
+def base_runs(store: Store) -> pl.DataFrame:
+    runs = store.table("runs")
+    if runs.is_empty():
+        return pl.DataFrame()
+    runs = runs.unique(["source_id", "run_index"], keep="last", maintain_order=True)
+    return _run_names(runs).rename({"host_name": "host_at"}).with_columns(
+        pl.col("host_at").alias("host_name")
+    )
+
+
+def _timings(store: Store) -> pl.DataFrame:
+    ev = store.table("events")
+    if ev.is_empty():
+        return pl.DataFrame(schema={"source_id": pl.String, "run_index": pl.Int32})
+    key = ["source_id", "run_index"]
+    rank_map = {stage: r for stage, _, r in STAGE_RANK}
+    reached = ev.group_by(key).agg(
+        pl.col("stage").replace_strict(rank_map, default=0, return_dtype=pl.Int32).max().alias("_rank")
+    )
+    t_load_begin = (
+        ev.filter((pl.col("stage") == "load_begin") & (pl.col("scope") == "target"))
+        .group_by(key)
+        .agg(pl.col("ts").min().alias("_lb"))
+    )
+    t_load_end = (
+        ev.filter((pl.col("stage") == "load_end") & (pl.col("scope") == "target"))
+        .group_by(key)
+        .agg(pl.col("ts").max().alias("_le"), pl.col("elapsed_s").max().alias("_le_el"))
+    )
+    cap_end = (
+        ev.filter(pl.col("stage") == "capture_end")
+        .group_by([*key, "scope"])
+        .agg(pl.col("elapsed_s").max().alias("_c"))
+        .group_by(key)
+        .agg(pl.col("_c").sum().alias("_cap_el"))
+    )
+    cap_span = (
+        ev.filter(pl.col("stage").is_in(["capture_begin", "capture_end"]))
+        .group_by(key)
+        .agg((pl.col("ts").max() - pl.col("ts").min()).dt.total_milliseconds().alias("_cap_ms"))
+    )
+    first = ev.group_by(key).agg(pl.col("ts").min().alias("_t0"))
+    ready = (
+        ev.filter(pl.col("stage") == "ready").group_by(key).agg(pl.col("ts").min().alias("_ready"))
+    )
+    out = reached
+    for df in (t_load_begin, t_load_end, cap_end, cap_span, first, ready):
+        out = out.join(df, on=key, how="left")
+    return out.with_columns(
+        pl.coalesce(
+            (pl.col("_le") - pl.col("_lb")).dt.total_milliseconds() / 1000.0,
+            pl.col("_le_el"),
+        ).alias("load_s"),
+        pl.coalesce(pl.col("_cap_el"), pl.col("_cap_ms") / 1000.0).alias("capture_s"),
+        ((pl.col("_ready") - pl.col("_t0")).dt.total_milliseconds() / 1000.0).alias("ready_s_ev"),
+    )
+
+
+def _decode_stats(store: Store) -> pl.DataFrame:
+    dec = store.table("decode")
+    if dec.is_empty():
+        return pl.DataFrame(schema={"source_id": pl.String, "run_index": pl.Int32})
+    return dec.group_by(["source_id", "run_index"]).agg(
+        pl.len().alias("decode_lines"),
+        pl.col("gen_throughput").cast(pl.Float64).median().alias("gen_throughput_median"),
+        pl.col("accept_len").cast(pl.Float64).mean().alias("accept_len_mean"),
+        pl.col("accept_rate").cast(pl.Float64).mean().alias("accept_rate_mean"),
+    )
+
+
+def _first_error(store: Store) -> pl.DataFrame:
+    err = store.table("errors")
+    if err.is_empty():
+        return pl.DataFrame(schema={"source_id": pl.String, "run_index": pl.Int32})
+    tb = err.filter(pl.col("kind") == "traceback")
+    chosen = tb if not tb.is_empty() else err
+    return (
+        chosen.sort("line")
+        .group_by(["source_id", "run_index"])
+        .agg(
+            pl.when(pl.col("exc_type").first().is_not_null())
+            .then(pl.col("exc_type").first() + ": " + pl.col("message").first().fill_null(""))
+            .otherwise(pl.col("message").first())
+            .str.slice(0, 200)
+            .alias("error")
+        )
+    )
+
+
+def runs_table(store: Store, match: str | None = None, *, classify: bool = True) -> pl.DataFrame:
+    """One row per run with RUN_COLUMNS (plus internal keys source_id, run_index)."""
+    runs = base_runs(store)
+    if runs.is_empty():
+        return pl.DataFrame(schema={c: pl.String for c in RUN_COLUMNS})
+    key = ["source_id", "run_index"]
+    df = runs.join(_timings(store), on=key, how="left").join(
+        _decode_stats(store), on=key, how="left"
+    )
+    df = df.join(_first_error(store), on=key, how="left")
+    has_decode = pl.col("decode_lines").fill_null(0) > 0
+    df = df.with_columns(
+        pl.when(has_decode)
+        .then(pl.lit(5))
+        .otherwise(pl.col("_rank").fill_null(0))
+        .replace_strict(PHASE_NAMES, return_dtype=pl.String)
+        .alias("phase_reached"),
+        pl.col("decode_lines").fill_null(0),
+        pl.coalesce(
+            pl.col("ready_s_ev"),
+        ).alias("ready_s"),
+        pl.col("host_name").alias("host"),
+        # version-independent accept rate: accepted drafts / proposed drafts per round
+        pl.when(pl.col("accept_len_mean").is_not_null())
+        .then(
+            (pl.col("accept_len_mean") - 1.0)
+            / pl.coalesce(pl.col("num_draft_tokens") - 1, pl.col("num_steps")).cast(pl.Float64)
+        )
+        .otherwise(None)
+        .alias("accept_rate_norm"),
+    )
+    for col in ("phase", "hung", "signature", "bench_tok_s", "bench_accept_len"):
+        if col not in df.columns:
+            df = df.with_columns(pl.lit(None).alias(col))
+    if classify:
+        df = _join_hook(df, store, "forensics.classifier", "classify_runs", ["phase", "hung", "signature"])
+    df = _join_hook(df, store, "forensics.bench", "latest_by_run", ["bench_tok_s", "bench_accept_len"])
+    df = df.sort(["started_at", "path", "run_index"], nulls_last=True)
+    if match:
+        df = filter_match(df, match)
+    cols = [c for c in RUN_COLUMNS if c in df.columns]
+    return df.select([*cols, "source_id", "run_index", "first_line", "last_line", "port", "style", "config_source", "ended_at", "mem_fraction", "dp_size", "cuda_graph_max_bs"])
+
+
+def _join_hook(df: pl.DataFrame, store: Store, module: str, func: str, cols: list[str]) -> pl.DataFrame:
+    """Join per-run columns another module provides (classifier verdicts, bench results)."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return df
+    fn = getattr(mod, func, None)
+    if fn is None:
+        return df
+    import inspect
+
+    nparams = len(inspect.signature(fn).parameters)
+    extra = fn(store, df) if nparams >= 2 else fn(store)
+    if extra is None or extra.is_empty():
+        return df
+    extra = extra.select(["run_id", *[c for c in cols if c in extra.columns]])
+    df = df.drop([c for c in cols if c in extra.columns])
+    return df.join(extra, on="run_id", how="left")
+
+
+def filter_match(df: pl.DataFrame, match: str) -> pl.DataFrame:
+    """Exact name or run id first; else a case-insensitive fragment of the name or path."""
+    exact = df.filter((pl.col("name") == match) | (pl.col("run_id") == match))
+    if not exact.is_empty():
+        return exact
+    m = match.lower()
+    return df.filter(
+        pl.col("name").str.to_lowercase().str.contains(m, literal=True)
+        | pl.col("path").str.to_lowercase().str.contains(m, literal=True)
+    )
+
+
+def find_runs(store: Store, match: str, *, classify: bool = True) -> pl.DataFrame:
+    """Runs matching a name fragment, newest first; RunNotFound names the runs that exist."""
+    df = runs_table(store, classify=classify)
+    if df.is_empty():
+        raise RunNotFound(
+            f"{match}: no runs in the store {store.root}",
+            hint="forensics ingest /path/to/*.log",
+        )
+    hit = filter_match(df, match)
+    if hit.is_empty():
+        names = ", ".join(df["name"].unique(maintain_order=True).head(12).to_list())
+        raise RunNotFound(f"{match}: no run matches (runs: {names})", hint="forensics runs")
+    return hit.sort("started_at", descending=True, nulls_last=True)
+
+
+# Startup segments of the timeline: (name, begin stage, end stage, scope or None for any).
+SEGMENTS = [
+    ("dist_init", "dist_init_begin", "dist_init_end", None),
+    ("load target", "load_begin", "load_end", "target"),
+    ("kv pool target", "kv_pool", "pool_end", "target"),
+    ("capture target", "capture_begin", "capture_end", "target"),
+    ("load draft", "load_begin", "load_end", "draft"),
+    ("kv pool draft", "kv_pool", "pool_end", "draft"),
+    ("capture draft", "capture_begin", "capture_end", "draft"),
+    ("capture draft extend", "capture_begin", "capture_end", "draft_extend"),
+    ("warmup", "uvicorn_started", "ready", None),
+]
+
+
+def stage_timeline(store: Store, source_id: str, run_index: int) -> list[dict]:
+    """Startup segments of one run: start offset and duration (s), and whether each ended."""
+    ev = store.table("events")
+    if ev.is_empty():
+        return []
+    ev = ev.filter((pl.col("source_id") == source_id) & (pl.col("run_index") == run_index))
+    return timeline_from_events(ev, last_ts=_last_ts(store, source_id, run_index))
+
+
+def _last_ts(store: Store, source_id: str, run_index: int):
+    runs = store.table("runs")
+    if runs.is_empty():
+        return None
+    r = runs.filter((pl.col("source_id") == source_id) & (pl.col("run_index") == run_index))
+    return r["ended_at"][-1] if not r.is_empty() else None
+
+
+def timeline_from_events(ev: pl.DataFrame, *, last_ts=None) -> list[dict]:
+    if ev.is_empty() or ev["ts"].null_count() == len(ev):
+        return []
+    t0 = ev["ts"].min()
+    out = []
+    for name, b, e, scope in SEGMENTS:
+        sub = ev if scope is None else ev.filter(pl.col("scope") == scope)
+        begins = sub.filter(pl.col("stage") == b)
+        if begins.is_empty():
+            continue
+        tb = begins["ts"].min()
+        ends = sub.filter((pl.col("stage") == e) & (pl.col("ts") >= tb))
+        if ends.is_empty():
+            te = last_ts if last_ts is not None else sub["ts"].max()
+            ended = False
+        else:
+            te = ends["ts"].max()
+            ended = True
+        out.append(
+            {
+                "segment": name,
+                "start_s": (tb - t0).total_seconds() if tb is not None else None,
+                "duration_s": (te - tb).total_seconds() if (te is not None and tb is not None) else None,
+                "ended": ended,
+            }
+        )
+    ready = ev.filter(pl.col("stage") == "ready")
+    if not ready.is_empty():
+        out.append(
+            {
+                "segment": "ready",
+                "start_s": (ready["ts"].min() - t0).total_seconds(),
+                "duration_s": 0.0,
+                "ended": True,
+            }
+        )
+    return out

@@ -1,0 +1,320 @@
+"""The embedded store: a folder of parquet tables plus one atomic manifest.
+
+Layout::
+
+    <root>/manifest.json              schema version, sources, and the parts of each table
+    <root>/tables/<table>/<part>.parquet
+    <root>/store.lock                 writers hold an fcntl lock on it
+
+Readers see only the parts listed in the manifest. A transaction writes its parts under
+temporary names, renames them into place and then replaces ``manifest.json`` atomically
+(write + fsync + ``os.replace``), so a crash or Ctrl-C at any point leaves the previous state;
+parts not listed in the manifest are garbage and removed by the next writer. The tables are
+plain parquet: ``polars.read_parquet`` and DuckDB's ``read_parquet`` read them without
+forensics (see docs/store.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.errors import StoreError, StoreLocked
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+LOCK = "store.lock"
+DEFAULT_LOCK_TIMEOUT = 30.0
+
+
+def default_root() -> Path:
+    env = os.environ.get("FORENSICS_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.cwd() / ".forensics"
+
+
+@dataclass
+class Manifest:
+    schema_version: int = SCHEMA_VERSION
+    # table name -> list of part file names (relative to tables/<table>/)
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    # part file name -> source id that produced it ("" for parts not tied to a source)
+    part_source: dict[str, str] = field(default_factory=dict)
+    # source id -> source record (path, host, size, mtime, offset, parser state, ...)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise StoreError(
+                f"{path}: unreadable store manifest ({exc})",
+                hint=f"move {path.parent} aside and ingest again",
+            ) from exc
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: store schema version {version}, this forensics reads {SCHEMA_VERSION}",
+                hint="use a matching forensics version or a new --store",
+            )
+        return cls(
+            schema_version=version,
+            tables={k: list(v) for k, v in raw.get("tables", {}).items()},
+            part_source=dict(raw.get("part_source", {})),
+            sources=dict(raw.get("sources", {})),
+            meta=dict(raw.get("meta", {})),
+            generation=int(raw.get("generation", 0)),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "schema_version": self.schema_version,
+                "generation": self.generation,
+                "tables": self.tables,
+                "part_source": self.part_source,
+                "sources": self.sources,
+                "meta": self.meta,
+            },
+            indent=1,
+            sort_keys=True,
+            default=str,
+        )
+
+
+class Store:
+    """A forensics store rooted at a folder."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._cache: dict[str, pl.DataFrame] = {}
+        self._cache_gen = -1
+
+    # -- opening -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> Store:
+        root = Path(path).expanduser() if path else default_root()
+        if root.exists() and not root.is_dir():
+            raise StoreError(
+                f"{root}: store path is a file, not a folder", hint="pass --store DIR"
+            )
+        if not root.exists():
+            if not create:
+                return cls(root)
+            try:
+                root.mkdir(parents=True, mode=0o700)
+            except OSError as exc:
+                raise StoreError(
+                    f"{root}: cannot create the store ({exc.strerror})",
+                    hint="pass --store DIR or set FORENSICS_HOME to a writable folder",
+                ) from exc
+        return cls(root)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST
+
+    def manifest(self) -> Manifest:
+        return Manifest.load(self.manifest_path)
+
+    # -- reading -----------------------------------------------------------------------
+    def table(self, name: str) -> pl.DataFrame:
+        """All committed rows of a table (an empty frame when it has none)."""
+        man = self.manifest()
+        if man.generation != self._cache_gen:
+            self._cache.clear()
+            self._cache_gen = man.generation
+        if name in self._cache:
+            return self._cache[name]
+        parts = [self.root / "tables" / name / p for p in man.tables.get(name, [])]
+        frames = []
+        for p in parts:
+            try:
+                frames.append(pl.read_parquet(p))
+            except FileNotFoundError as exc:
+                raise StoreError(
+                    f"{p}: a part listed in the manifest is missing",
+                    hint=f"re-ingest into a fresh --store; {self.root} is damaged",
+                ) from exc
+            except Exception as exc:  # corrupt part (C03)
+                raise StoreError(
+                    f"{p}: corrupt store part ({exc})",
+                    hint=f"re-ingest into a fresh --store; {self.root} is damaged",
+                ) from exc
+        df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        self._cache[name] = df
+        return df
+
+    def sources(self) -> dict[str, dict[str, Any]]:
+        return self.manifest().sources
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return self.manifest().meta.get(key, default)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction() as tx:
+            tx.set_meta(key, value)
+
+    # -- writing -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
+        timeout = DEFAULT_LOCK_TIMEOUT if timeout is None else timeout
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                        raise StoreLocked(
+                            f"{self.root}: store is locked by another forensics process"
+                            + (f" (pid {holder})" if holder else ""),
+                            hint="wait for it to finish, or pass --store DIR",
+                        ) from None
+                    time.sleep(0.05)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def transaction(self, lock_timeout: float | None = None) -> Iterator[Transaction]:
+        with self.lock(lock_timeout):
+            man = self.manifest()
+            tx = Transaction(self, man)
+            try:
+                yield tx
+            except BaseException:
+                tx.abort()
+                raise
+            tx.commit()
+
+    def _gc(self, man: Manifest) -> None:
+        """Remove part files the manifest does not list (left by a crash)."""
+        tables_dir = self.root / "tables"
+        if not tables_dir.exists():
+            return
+        for tdir in tables_dir.iterdir():
+            if not tdir.is_dir():
+                continue
+            listed = set(man.tables.get(tdir.name, []))
+            for f in tdir.iterdir():
+                if f.name not in listed:
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+
+
+class Transaction:
+    """Parts and manifest changes that become visible together, or not at all."""
+
+    def __init__(self, store: Store, manifest: Manifest):
+        self.store = store
+        self.man = manifest
+        self._new: list[tuple[str, str, Path]] = []  # (table, part name, tmp path)
+        self._drop_parts: set[tuple[str, str]] = set()
+
+    def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
+        if df.is_empty():
+            return
+        tdir = self.store.root / "tables" / table
+        tdir.mkdir(parents=True, exist_ok=True)
+        name = f"{source_id or 'x'}-{uuid.uuid4().hex[:12]}.parquet"
+        tmp = tdir / (name + ".tmp")
+        try:
+            df.write_parquet(tmp, compression="zstd", statistics=True)
+        except OSError as exc:  # C05: disk full
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise StoreError(
+                f"{tdir}: cannot write store part ({exc.strerror or exc})",
+                hint="free disk space; nothing was changed",
+            ) from exc
+        self._new.append((table, name, tmp))
+        self.man.part_source[name] = source_id
+
+    def drop_source(self, source_id: str) -> None:
+        """Forget every part a source produced, and its ``<id>~*`` companions."""
+        for table, parts in self.man.tables.items():
+            for p in parts:
+                ps = self.man.part_source.get(p, "")
+                if ps == source_id or ps.startswith(source_id + "~"):
+                    self._drop_parts.add((table, p))
+        self.man.sources.pop(source_id, None)
+
+    def drop_rows(self, table: str, keep: pl.Expr) -> None:
+        """Rewrite a table keeping only rows matching ``keep`` (small tables only)."""
+        df = self.store.table(table)
+        if df.is_empty():
+            return
+        for p in self.man.tables.get(table, []):
+            self._drop_parts.add((table, p))
+        kept = df.filter(keep)
+        self.append(table, kept)
+
+    def set_source(self, source_id: str, record: dict[str, Any]) -> None:
+        self.man.sources[source_id] = record
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.man.meta[key] = value
+
+    def abort(self) -> None:
+        for _, _, tmp in self._new:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self._new.clear()
+
+    def commit(self) -> None:
+        root = self.store.root
+        try:
+            for table, name, tmp in self._new:
+                os.replace(tmp, tmp.with_name(name))
+                self.man.tables.setdefault(table, []).append(name)
+            for table, p in self._drop_parts:
+                if p in self.man.tables.get(table, []):
+                    self.man.tables[table].remove(p)
+                self.man.part_source.pop(p, None)
+            self.man.generation += 1
+            data = self.man.to_json().encode()
+            tmp_man = root / (MANIFEST + ".tmp")
+            fd = os.open(tmp_man, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp_man, root / MANIFEST)
+            dfd = os.open(root, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            self.abort()
+            raise StoreError(
+                f"{root}: cannot commit to the store ({exc.strerror or exc})",
+                hint="free disk space; the previous state is intact",
+            ) from exc
+        self.store._gc(self.man)
