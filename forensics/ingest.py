@@ -31,8 +31,8 @@ from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageE
 from forensics.store import Store
 from parsers.sglang import SCHEMAS, Frames, LogParser
 
-READ_CHUNK = 16 << 20
-FLUSH_ROWS = 1_000_000  # rows buffered per table before a part is written
+READ_CHUNK = 8 << 20
+FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 HEAD_BYTES = 4096
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".gz")
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")

@@ -988,20 +988,41 @@ class LogParser:
         t = pl.col("text")
         if batch["text"].str.contains("\r", literal=True).any():
             batch = batch.with_columns(t.str.split("\r").list.last().alias("text"))
-        head = r"(Decode|Prefill) batch(?: \[(\d+)\])?[.,] "
+        # Split each line at its "Decode batch" / "Prefill batch" head with literal finds
+        # (regex-free: this runs on millions of lines).
+        pos_d = t.str.find("Decode batch", literal=True)
+        pos_p = t.str.find("Prefill batch", literal=True)
+        is_dec = pos_d.is_not_null() & (pos_p.is_null() | (pos_d < pos_p.fill_null(1 << 30)))
         parts = batch.with_columns(
-            t.str.extract(r"^(.*?)(?:Decode|Prefill) batch", 1).alias("prefix"),
-            t.str.extract(head, 1).alias("which"),
-            t.str.extract(head, 2).cast(pl.Int64, strict=False).alias("iter"),
-            t.str.extract(head + r"(.*)$", 3).alias("rest"),
-        ).drop("text")
+            pl.when(is_dec).then(pl.lit("Decode")).otherwise(pl.lit("Prefill")).alias("which"),
+            pl.when(is_dec).then(pos_d).otherwise(pos_p).alias("_pos"),
+        ).with_columns(
+            t.str.slice(0, pl.col("_pos")).alias("prefix"),
+            t.str.slice(
+                pl.col("_pos") + pl.when(pl.col("which") == "Decode").then(12).otherwise(13)
+            ).alias("_after"),
+        )
+        a = pl.col("_after")
+        tagged = parts["_after"].str.starts_with(" [").any()
+        if tagged:  # `[N]` iteration tags (SGLANG_LOG_FORWARD_ITERS, 0.5.4)
+            parts = parts.with_columns(
+                a.str.extract(r"^ \[(\d+)\]", 1).cast(pl.Int64, strict=False).alias("iter"),
+                a.str.replace(r"^(?: \[\d+\])?[.,] ", "").alias("rest"),
+            )
+        else:
+            parts = parts.with_columns(
+                pl.lit(None, dtype=pl.Int64).alias("iter"), a.str.slice(2).alias("rest")
+            )
+        parts = parts.drop("text", "_after", "_pos")
         p = pl.col("prefix")
+        # fast path: SGLang's own `[YYYY-MM-DD HH:MM:SS...` prefix; other layouts by regex
+        std = p.str.starts_with("[") & (p.str.slice(5, 1) == "-") & (p.str.slice(11, 1) == " ")
         date = p.str.extract(r"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}:\d{2}", 1)
         date_md = p.str.extract(r"\[(\d{2}-\d{2}) \d{2}:\d{2}:\d{2}", 1)
         clock = p.str.extract(r"(\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1).str.replace(",", ".")
         hint = self.date_hint
         date = pl.coalesce(date, pl.lit(hint[:4] + "-") + date_md, pl.lit(hint))
-        parts = parts.with_columns(
+        slow_ts = (
             pl.when(clock.is_not_null())
             .then(
                 (date + pl.lit(" ") + clock).str.to_datetime(
@@ -1009,7 +1030,17 @@ class LogParser:
                 )
             )
             .otherwise(None)
-            .alias("ts"),
+        )
+        has_frac = p.str.slice(20, 1) == "."
+        fast_ts = (
+            pl.when(has_frac)
+            .then(p.str.extract(r"^\[([\d-]+ [\d:]+\.\d+)", 1))
+            .otherwise(p.str.slice(1, 19))
+            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+        )
+        all_std = bool(parts.select(std.all()).item())
+        parts = parts.with_columns(
+            (fast_ts if all_std else pl.when(std).then(fast_ts).otherwise(slow_ts)).alias("ts"),
             p.str.extract(r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]", 1)
             .str.strip_chars()
             .fill_null("")
@@ -1027,21 +1058,41 @@ class LogParser:
             r = pl.col("rest")
             cols = []
             known = []
-            for col, key, typ in fields:
-                rx = r"(?:^|, )" + re.escape(key) + r": (-?[\d.]+|nan|inf)%?"
+            found = []
+            for col, key, _typ in fields:
                 known.append(re.escape(key) + r": (?:-?[\d.]+|nan|inf)%?")
+                # literal find + short slice: far cheaper than a capture regex per field
+                pos = (
+                    pl.when(r.str.starts_with(key + ": "))
+                    .then(pl.lit(-2, dtype=pl.Int64))
+                    .otherwise(r.str.find(", " + key + ": ", literal=True).cast(pl.Int64))
+                )
+                raw = (
+                    r.str.slice(pos + len(key) + 4, 32)
+                    .str.split_exact(",", 0)
+                    .struct.field("field_0")
+                    .str.strip_chars(" %")
+                )
                 dtype = schema[col]
-                cols.append(r.str.extract(rx, 1).cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(col))
-            gm = r"(?:^|, )" + GRAPH_KEY + r": (True|False)"
+                cols.append(raw.cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(col))
+                found.append(pos.is_not_null().cast(pl.Int32))
+            graph = r.str.extract(r"(?:^|, )" + GRAPH_KEY + r": (True|False)", 1)
             known.append(GRAPH_KEY + r": (?:True|False)")
-            cols.append((r.str.extract(gm, 1) == "True").alias("cuda_graph"))
-            leftover = r.str.replace_all(r"(?:^|, )(?:" + "|".join(known) + r")", "").str.strip_chars(", ")
-            cols.append(pl.when(leftover.str.len_chars() > 0).then(leftover).otherwise(None).alias("extra_raw"))
+            cols.append((graph == "True").alias("cuda_graph"))
+            found.append(graph.is_not_null().cast(pl.Int32))
+            # segments not matched by a known key go to `extra` (kept, never dropped)
+            nseg = r.str.strip_chars_end(", ").str.count_matches(", ", literal=True) + 1
+            cols.append((nseg - pl.sum_horizontal(found)).alias("_unknown"))
             sub = sub.with_columns(cols)
-            extra = sub["extra_raw"]
-            if extra.null_count() < len(extra):
+            if sub["_unknown"].max() > 0:
+                leftover = (
+                    r.str.replace_all(r"(?:^|, )(?:" + "|".join(known) + r")", "")
+                    .str.strip_chars(", ")
+                )
                 sub = sub.with_columns(
-                    pl.col("extra_raw")
+                    pl.when(pl.col("_unknown") > 0)
+                    .then(leftover)
+                    .otherwise(None)
                     .map_elements(_extra_json, return_dtype=pl.String)
                     .alias("extra")
                 )
