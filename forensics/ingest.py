@@ -286,6 +286,13 @@ def ingest(
     except KeyboardInterrupt:
         summary.interrupted = True
     summary.seconds = time.monotonic() - t0
+    unreadable = [f for f in summary.files if f.reason in ("permission", "vanished")]
+    if unreadable and len(unreadable) == len(summary.files):
+        # P19: nothing could be read at all -> not found (exit 3), like a missing path
+        f = unreadable[0]
+        cause = "permission denied" if f.reason == "permission" else "vanished while being read"
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        raise InputNotFound(f"{f.path}: {cause}{more}", hint="check its mode, e.g. chmod a+r")
     return summary
 
 
@@ -314,6 +321,14 @@ def _ingest_one(
         return out
     try:
         head = host.read(path, 0, HEAD_BYTES) if st.size else b""
+    except InputNotFound as exc:  # LocalHost/SSHHost report EACCES and ENOENT this way
+        if "permission denied" in exc.message:
+            out.status, out.reason = "skipped", "permission"
+            summary.warnings.append(f"{path}: permission denied (skipped)")
+        else:
+            out.status, out.reason = "skipped", "vanished"
+            summary.warnings.append(f"{path}: vanished before it could be read")
+        return out
     except PermissionError:
         out.status, out.reason = "skipped", "permission"
         summary.warnings.append(f"{path}: permission denied (skipped)")
@@ -348,7 +363,7 @@ def _ingest_one(
             if (
                 not compressed
                 and same_head
-                and st.size >= prev.get("offset", 0)
+                and st.size >= prev.get("size", 0)
                 and prev.get("state") is not None
             ):
                 out.status = "grown"
@@ -380,14 +395,18 @@ def _ingest_one(
             out.reason = "incomplete"
         except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
             summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
-            summary.warnings.append(f"{path}: compressed stream is truncated ({exc}); kept what was decoded")
+            summary.warnings.append(
+                f"{path}: compressed stream is truncated ({exc}); kept what was decoded"
+            )
         buf.flush()
         complete_state = parser.state()
         complete_offset = consumed - parser.pending_bytes if not compressed else consumed
         tail = parser.finish()
         _account(summary, out, tail)
         buf.add(tail, part_sid=sid + "~tail", path=path, host=hname)
-        runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+        runs = (
+            tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+        )
         if runs is not None and not runs.is_empty():
             runs = runs.with_columns(
                 pl.lit(sid).alias("source_id"),

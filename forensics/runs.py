@@ -70,9 +70,11 @@ def _run_names(runs: pl.DataFrame) -> pl.DataFrame:
     counts = runs.group_by("source_id").agg(pl.len().alias("_n"))
     runs = runs.join(counts, on="source_id", how="left")
     stem = pl.col("path").map_elements(
-        lambda p: PurePosixPath(p).name.removesuffix(".gz").rsplit(".", 1)[0]
-        if "." in PurePosixPath(p).name
-        else PurePosixPath(p).name,
+        lambda p: (
+            PurePosixPath(p).name.removesuffix(".gz").rsplit(".", 1)[0]
+            if "." in PurePosixPath(p).name
+            else PurePosixPath(p).name
+        ),
         return_dtype=pl.String,
     )
     return runs.with_columns(
@@ -89,8 +91,10 @@ def base_runs(store: Store) -> pl.DataFrame:
     if runs.is_empty():
         return pl.DataFrame()
     runs = runs.unique(["source_id", "run_index"], keep="last", maintain_order=True)
-    return _run_names(runs).rename({"host_name": "host_at"}).with_columns(
-        pl.col("host_at").alias("host_name")
+    return (
+        _run_names(runs)
+        .rename({"host_name": "host_at"})
+        .with_columns(pl.col("host_at").alias("host_name"))
     )
 
 
@@ -101,7 +105,10 @@ def _timings(store: Store) -> pl.DataFrame:
     key = ["source_id", "run_index"]
     rank_map = {stage: r for stage, _, r in STAGE_RANK}
     reached = ev.group_by(key).agg(
-        pl.col("stage").replace_strict(rank_map, default=0, return_dtype=pl.Int32).max().alias("_rank")
+        pl.col("stage")
+        .replace_strict(rank_map, default=0, return_dtype=pl.Int32)
+        .max()
+        .alias("_rank")
     )
     t_load_begin = (
         ev.filter((pl.col("stage") == "load_begin") & (pl.col("scope") == "target"))
@@ -123,7 +130,13 @@ def _timings(store: Store) -> pl.DataFrame:
     cap_span = (
         ev.filter(pl.col("stage").is_in(["capture_begin", "capture_end"]))
         .group_by(key)
-        .agg((pl.col("ts").max() - pl.col("ts").min()).dt.total_milliseconds().alias("_cap_ms"))
+        .agg(
+            (pl.col("ts").max() - pl.col("ts").min()).dt.total_milliseconds().alias("_cap_ms"),
+            (pl.col("stage") == "capture_end").any().alias("_cap_ended"),
+        )
+        # a capture that never ended (crash, hang) has no duration here
+        .filter(pl.col("_cap_ended"))
+        .drop("_cap_ended")
     )
     first = ev.group_by(key).agg(pl.col("ts").min().alias("_t0"))
     ready = (
@@ -208,16 +221,37 @@ def runs_table(store: Store, match: str | None = None, *, classify: bool = True)
         if col not in df.columns:
             df = df.with_columns(pl.lit(None).alias(col))
     if classify:
-        df = _join_hook(df, store, "forensics.classifier", "classify_runs", ["phase", "hung", "signature"])
-    df = _join_hook(df, store, "forensics.bench", "latest_by_run", ["bench_tok_s", "bench_accept_len"])
+        df = _join_hook(
+            df, store, "forensics.classifier", "classify_runs", ["phase", "hung", "signature"]
+        )
+    df = _join_hook(
+        df, store, "forensics.bench", "latest_by_run", ["bench_tok_s", "bench_accept_len"]
+    )
     df = df.sort(["started_at", "path", "run_index"], nulls_last=True)
     if match:
         df = filter_match(df, match)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
-    return df.select([*cols, "source_id", "run_index", "first_line", "last_line", "port", "style", "config_source", "ended_at", "mem_fraction", "dp_size", "cuda_graph_max_bs"])
+    return df.select(
+        [
+            *cols,
+            "source_id",
+            "run_index",
+            "first_line",
+            "last_line",
+            "port",
+            "style",
+            "config_source",
+            "ended_at",
+            "mem_fraction",
+            "dp_size",
+            "cuda_graph_max_bs",
+        ]
+    )
 
 
-def _join_hook(df: pl.DataFrame, store: Store, module: str, func: str, cols: list[str]) -> pl.DataFrame:
+def _join_hook(
+    df: pl.DataFrame, store: Store, module: str, func: str, cols: list[str]
+) -> pl.DataFrame:
     """Join per-run columns another module provides (classifier verdicts, bench results)."""
     try:
         mod = importlib.import_module(module)
@@ -317,7 +351,9 @@ def timeline_from_events(ev: pl.DataFrame, *, last_ts=None) -> list[dict]:
             {
                 "segment": name,
                 "start_s": (tb - t0).total_seconds() if tb is not None else None,
-                "duration_s": (te - tb).total_seconds() if (te is not None and tb is not None) else None,
+                "duration_s": (te - tb).total_seconds()
+                if (te is not None and tb is not None)
+                else None,
                 "ended": ended,
             }
         )

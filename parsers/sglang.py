@@ -51,6 +51,7 @@ PREFIX_RX = re.compile(
     r"|(?P<d3>\d{4}-\d{2}-\d{2})[ T](?P<t3>\d{2}:\d{2}:\d{2})(?:[.,](?P<f3>\d+))? (?P<lv3>INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) (?P<pid3>\d+) \[(?P<src>[\w./\-]+):\d+\] "
     r")"
 )
+CONTAINER_ONLY_RX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| ?")
 _RANK_TAG_RX = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 ANSI_RX = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
@@ -84,36 +85,101 @@ RULES: list[tuple[str, str, str | None, str]] = [
         None,
         "error",
     ),
-    ("capture_progress", r"^Capturing (?:batches|prefill shape|num tokens)\b", "capture_progress", "progress"),
-    ("shard_progress", r"^(?:Loading (?:safetensors|pt|np_cache) checkpoint shards|Multi-thread loading shards|Loading safetensors using)", None, "progress"),
+    (
+        "capture_progress",
+        r"^Capturing (?:batches|prefill shape|num tokens)\b",
+        "capture_progress",
+        "progress",
+    ),
+    (
+        "shard_progress",
+        r"^(?:Loading (?:safetensors|pt|np_cache) checkpoint shards|Multi-thread loading shards|Loading safetensors using)",
+        None,
+        "progress",
+    ),
     ("bare_progress", r"^\s*\d+%\|", None, "progress"),
     ("capacity", r"^max_total_num_tokens=\d+", "capacity", "stage"),
     ("uvicorn_started", r"^INFO: +Uvicorn running on ", "uvicorn_started", "stage"),
-    ("uvicorn_startup", r"^INFO: +(?:Started server process|Waiting for application startup|Application startup complete)", None, "info"),
+    (
+        "uvicorn_startup",
+        r"^INFO: +(?:Started server process|Waiting for application startup|Application startup complete)",
+        None,
+        "info",
+    ),
     ("uvicorn_shutdown_begin", r"^INFO: +Shutting down", "shutdown_begin", "stage"),
-    ("uvicorn_shutdown_end", r"^INFO: +(?:Finished server process|Application shutdown complete)", "shutdown_end", "stage"),
+    (
+        "uvicorn_shutdown_end",
+        r"^INFO: +(?:Finished server process|Application shutdown complete)",
+        "shutdown_end",
+        "stage",
+    ),
     ("uvicorn_shutdown_wait", r"^INFO: +Waiting for application shutdown", None, "info"),
     ("uvicorn_access", r"^INFO: +\S+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}", None, "access"),
-    ("bind_error", r"^ERROR: +\[Errno \d+\] error while attempting to bind on address", None, "error"),
+    (
+        "bind_error",
+        r"^ERROR: +\[Errno \d+\] error while attempting to bind on address",
+        None,
+        "error",
+    ),
     ("uvicorn_error", r"^ERROR: +", None, "error"),
     ("uvicorn_warning", r"^WARNING: +", None, "warning"),
     ("ready", r"^The server is fired up and ready to roll!", "ready", "stage"),
-    ("warmup", r"^(?:Start of (?:prefill|pd disaggregation) warmup|End of (?:prefill warmup|disaggregation warmup))", "warmup", "stage"),
+    (
+        "warmup",
+        r"^(?:Start of (?:prefill|pd disaggregation) warmup|End of (?:prefill warmup|disaggregation warmup))",
+        "warmup",
+        "stage",
+    ),
     ("weights_ready", r"^Weights are ready after ", None, "info"),
-    ("sigterm", r"^SIGTERM received\. .*Draining requests and shutting down", "shutdown_begin", "stage"),
+    (
+        "sigterm",
+        r"^SIGTERM received\. .*Draining requests and shutting down",
+        "shutdown_begin",
+        "stage",
+    ),
     ("graceful_exit", r"^Gracefully exiting\.\.\. ", "shutdown_end", "stage"),
     ("child_exception", r"^(?P<component>\w+) hit an exception: ?(?P<rest>.*)$", None, "traceback"),
     ("traceback_start", r"^Traceback \(most recent call last\):\s*$", None, "traceback"),
-    ("sigquit", r"^(?:Received sigquit from a child proc(?:es|ess)\.|SIGQUIT received\. )", None, "error"),
+    (
+        "sigquit",
+        r"^(?:Received sigquit from a child proc(?:es|ess)\.|SIGQUIT received\. )",
+        None,
+        "error",
+    ),
     ("scheduler_dead", r"Rank \d+ scheduler (?:is dead|died during initialization)", None, "error"),
     ("exit_code", r"^Exit code: -?\d+", None, "error"),
     ("init_failed", r"^Initialization failed\. ", None, "error"),
-    ("subprocess_crash", r"^(?:Subprocess .+ \(pid=\d+\) crashed with exit code -?\d+|Child process unexpectedly failed with)", None, "error"),
-    ("watchdog", r"^(?:\w+ watchdog timeout|Watchdog timeout) \(self\.watchdog_timeout=", None, "error"),
+    (
+        "subprocess_crash",
+        r"^(?:Subprocess .+ \(pid=\d+\) crashed with exit code -?\d+|Child process unexpectedly failed with)",
+        None,
+        "error",
+    ),
+    (
+        "watchdog",
+        r"^(?:\w+ watchdog timeout|Watchdog timeout) \(self\.watchdog_timeout=",
+        None,
+        "error",
+    ),
     ("health_failed", r"^Health check failed\. ", None, "error"),
-    ("nccl_watchdog", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|Timeout)", None, "error"),
-    ("cuda_error", r"CUDA error: |CUDA out of memory|illegal memory access|device-side assert", None, "error"),
-    ("oom_error", r"(?:OutOfMemoryError|Not enough memory\. Please try to increase --mem-fraction-static)", None, "error"),
+    (
+        "nccl_watchdog",
+        r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:timeout|Timeout)",
+        None,
+        "error",
+    ),
+    (
+        "cuda_error",
+        r"CUDA error: |CUDA out of memory|illegal memory access|device-side assert",
+        None,
+        "error",
+    ),
+    (
+        "oom_error",
+        r"(?:OutOfMemoryError|Not enough memory\. Please try to increase --mem-fraction-static)",
+        None,
+        "error",
+    ),
     ("nccl_error", r"NCCL error", None, "error"),
     ("port_wait", r"^port \d+ is in use\. Waiting|^Port is already in use\.", None, "error"),
     ("argparse_usage", r"^usage: ", None, "usage"),
@@ -124,7 +190,12 @@ RULES: list[tuple[str, str, str | None, str]] = [
     ("state_deleted", r"but the state was deleted in TokenizerManager", None, "noise"),
     ("deprecated", r"(?i)\bdeprecat", None, "noise"),
     ("triton_diag", r"^(?:[\w/.\-]+:\d+:\d+: )?error: .*(?:triton|tt\.|ttg\.|mlir)", None, "noise"),
-    ("args_warning", r"^(?:speculative_\w+ is (?:adjusted|set)|Overlap scheduler is disabled|Overlap spec v2|Non-overlap|Spec v[12] |Beta spec is enabled|Max running requests is reset|Mixed chunked prefill is disabled|Speculative token map specified|The overlap scheduler and mixed chunked prefill|DeepSeek MTP does not require)", None, "warning"),
+    (
+        "args_warning",
+        r"^(?:speculative_\w+ is (?:adjusted|set)|Overlap scheduler is disabled|Overlap spec v2|Non-overlap|Spec v[12] |Beta spec is enabled|Max running requests is reset|Mixed chunked prefill is disabled|Speculative token map specified|The overlap scheduler and mixed chunked prefill|DeepSeek MTP does not require)",
+        None,
+        "warning",
+    ),
     ("generic_error", r"(?i)^(?:error|fatal|critical)\b|\b(?:Error|Exception): ", None, "error"),
     ("generic_warning", r"(?i)^warn(?:ing)?\b|Warning: ", None, "warning"),
 ]
@@ -132,7 +203,7 @@ _RULES = [(n, re.compile(p), s, k) for n, p, s, k in RULES]
 
 # Traceback continuation lines (unprefixed) and the final exception line.
 TB_CONT_RX = re.compile(
-    r"^(?:\s+\S|\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]+(?:Error|Exception|Exit|Interrupt|Fault)\b)"
+    r"^(?:\s+\S|\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b)"
 )
 EXC_LINE_RX = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault|Warning)|Exception|KeyboardInterrupt)(?::\s?(?P<msg>.*))?$"
@@ -453,9 +524,7 @@ class LogParser:
         st = state or {}
         self.line_no: int = st.get("line_no", 0)  # physical lines consumed so far
         self.run_index: int = st.get("run_index", 0)
-        self.runs: dict[int, dict[str, Any]] = {
-            int(k): v for k, v in st.get("runs", {}).items()
-        }
+        self.runs: dict[int, dict[str, Any]] = {int(k): v for k, v in st.get("runs", {}).items()}
         self.last_ts: str | None = st.get("last_ts")
         self.date_hint: str = st.get("date_hint") or date_hint or "1970-01-01"
         self._pending = b""
@@ -653,8 +722,10 @@ class LogParser:
             run["has_content"] = True
             if kind == "decode" and "serving" not in run["stages"]:
                 run["stages"].append("serving")
-            if t0 is not None and run["started_at"] is None:
-                run["started_at"] = t0.strftime(_TS_FMT + ".%f")
+            if t0 is not None:
+                s0 = t0.strftime(_TS_FMT + ".%f")
+                if run["started_at"] is None or s0 < run["started_at"]:
+                    run["started_at"] = s0
             if t1 is not None:
                 s = t1.strftime(_TS_FMT + ".%f")
                 if run["ended_at"] is None or s > run["ended_at"]:
@@ -690,6 +761,11 @@ class LogParser:
             if count:
                 counts[kind] = counts.get(kind, 0) + 1
 
+        # a container prefix (`svc-1  | `) on a line with no log prefix after it: strip it,
+        # so bare stderr lines and traceback continuations read as they do without it
+        cm = CONTAINER_ONLY_RX.match(raw)
+        if cm and not PREFIX_RX.match(raw[cm.end() :]):
+            raw = raw[cm.end() :]
         m = PREFIX_RX.match(raw)
         if m and m.end() > 0:
             msg = raw[m.end() :]
@@ -764,7 +840,9 @@ class LogParser:
             run["has_args"] = True
             run["config"] = config_from_server_args(args)
             run["config_source"] = "server_args"
-            run["server_args"] = json.dumps(args, default=str, sort_keys=True, ensure_ascii=False)[:200_000]
+            run["server_args"] = json.dumps(args, default=str, sort_keys=True, ensure_ascii=False)[
+                :200_000
+            ]
             if mm.group("args").startswith("{"):
                 self._style(run, ">=0.5.19")
         if name in ("child_exception", "traceback_start"):
@@ -1084,11 +1162,10 @@ class LogParser:
             nseg = r.str.strip_chars_end(", ").str.count_matches(", ", literal=True) + 1
             cols.append((nseg - pl.sum_horizontal(found)).alias("_unknown"))
             sub = sub.with_columns(cols)
-            if sub["_unknown"].max() > 0:
-                leftover = (
-                    r.str.replace_all(r"(?:^|, )(?:" + "|".join(known) + r")", "")
-                    .str.strip_chars(", ")
-                )
+            if (sub["_unknown"].max() or 0) > 0:  # all-null when no line kept its head
+                leftover = r.str.replace_all(
+                    r"(?:^|, )(?:" + "|".join(known) + r")", ""
+                ).str.strip_chars(", ")
                 sub = sub.with_columns(
                     pl.when(pl.col("_unknown") > 0)
                     .then(leftover)
@@ -1111,7 +1188,7 @@ class LogParser:
             named = config_from_name(self.source, self.name_pattern) if self.source else {}
             filled = False
             for k, v in named.items():
-                if k in RUN_SCHEMA and cfg.get(k) is None:
+                if k in RUN_SCHEMA and v is not None and cfg.get(k) is None:
                     cfg[k] = v
                     filled = True
             if named.get("no_spec") and source is None:
@@ -1169,4 +1246,6 @@ def parse_bytes(data: bytes, source: str = "", *, name_pattern: str | None = Non
 
 
 def parse_text(text: str, source: str = "", *, name_pattern: str | None = None) -> Frames:
-    return parse_bytes(text.encode("utf-8", errors="surrogateescape"), source, name_pattern=name_pattern)
+    return parse_bytes(
+        text.encode("utf-8", errors="surrogateescape"), source, name_pattern=name_pattern
+    )
