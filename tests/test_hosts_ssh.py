@@ -1,0 +1,284 @@
+"""SSHHost against a real OpenSSH server on 127.0.0.1 (tests/plugins/sshd.py).
+
+The server runs on this machine, so every remote result can be compared with LocalHost on the
+same files, and "the remote process is gone" is checked in /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from forensics import hosts
+from forensics.errors import (
+    EXIT_DEADLINE,
+    EXIT_NOT_FOUND,
+    EXIT_REMOTE,
+    AuthFailed,
+    DeadlineExceeded,
+    HostKeyError,
+    HostUnreachable,
+    InputNotFound,
+)
+from forensics.hosts import LocalHost, ReadIncomplete, SSHHost, get_host, resolve_location
+
+from .test_hosts import _procs_with
+
+
+@pytest.fixture
+def files(tmp_path) -> Path:
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "a.log").write_bytes(b"alpha\n" * 1000)
+    (d / "b c.log").write_bytes(os.urandom(3 << 20))
+    (d / "new\nline.log").write_text("n\n")
+    (d / ".hidden.log").write_text("h")
+    (d / "sub dir").mkdir()
+    (d / "sub dir" / "z.log").write_text("z")
+    return d
+
+
+def test_run_glob_stat_read_match_localhost(ssh_host, files):
+    local = LocalHost()
+    assert isinstance(ssh_host, SSHHost)
+    for pattern in (f"{files}/*.log", f"{files}/*/*.log", f"{files}/b c.log", f"{files}/?.log"):
+        assert ssh_host.glob(pattern) == local.glob(pattern)
+    for path in local.glob(f"{files}/*.log"):
+        rs, ls_ = ssh_host.stat(path), local.stat(path)
+        assert (rs.size, int(rs.mtime), rs.is_dir) == (ls_.size, int(ls_.mtime), False)
+        assert ssh_host.read(path) == local.read(path)
+        assert ssh_host.read(path, 5, 1000) == local.read(path, 5, 1000)
+        assert list(ssh_host.iter_chunks(path, 7, chunk=1 << 20)) == list(
+            local.iter_chunks(path, 7, chunk=1 << 20)
+        )
+    # S11: quotes, variables and separators arrive intact through the login shell
+    script = 'printf \'%s|\' "$HOME" \'a;b\' "c\'d" "$(echo x y)"; echo; echo err >&2; exit 7'
+    r, l_ = ssh_host.run(script, timeout=10), local.run(script, timeout=10)
+    assert (r.rc, r.stdout, r.stderr) == (l_.rc, l_.stdout, l_.stderr) == (7, l_.stdout, b"err\n")
+    assert ssh_host.run("tr a-z A-Z", timeout=10, stdin=b"abc").stdout == b"ABC"
+    assert ssh_host.run("kill -9 $$", timeout=10).signal == 9
+
+
+def test_remote_name_with_spaces_and_newline(ssh_host, files):
+    got = ssh_host.glob(f"{files}/*line*")
+    assert got == [f"{files}/new\nline.log"]
+    assert ssh_host.read(got[0]) == b"n\n"
+    assert ssh_host.glob(f"{files}/sub dir/*") == [f"{files}/sub dir/z.log"]
+
+
+def test_missing_remote_input_is_not_found(ssh_host, files):
+    with pytest.raises(InputNotFound) as ei:
+        ssh_host.glob(f"{files}/*.nothing")
+    assert ei.value.exit_code == EXIT_NOT_FOUND and "sshtest:" in str(ei.value)
+    with pytest.raises(InputNotFound):
+        ssh_host.read(f"{files}/gone.log")
+    with pytest.raises(InputNotFound):
+        ssh_host.stat(f"{files}/gone.log")
+
+
+def test_s08_remote_file_shrinking_mid_read_keeps_bytes(ssh_host, files):
+    p = files / "rot.log"
+    p.write_bytes(b"r" * (3 << 20))
+    got = []
+    with pytest.raises(ReadIncomplete) as ei:
+        for chunk in ssh_host.iter_chunks(str(p), chunk=1 << 20):
+            got.append(chunk)
+            os.truncate(p, 0)
+    assert b"".join(got) == b"r" * (1 << 20)
+    assert ei.value.bytes_read == 1 << 20
+
+
+def test_write_and_makedirs_over_sftp(ssh_host, tmp_path):
+    d = tmp_path / "remote dir" / "x"
+    ssh_host.makedirs(str(d))
+    ssh_host.write(str(d / "f.json"), b'{"a": 1}', mode=0o640)
+    assert (d / "f.json").read_bytes() == b'{"a": 1}'
+    assert (d / "f.json").stat().st_mode & 0o777 == 0o640
+    assert ssh_host.exists(str(d / "f.json")) and ssh_host.is_dir(str(d))
+
+
+def test_s05_deadline_raises_and_remote_process_is_gone(ssh_host):
+    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as ei:
+        ssh_host.run(f"sleep {marker}", timeout=1)
+    assert ei.value.exit_code == EXIT_DEADLINE
+    assert time.monotonic() - start < 30
+    for _ in range(50):
+        if not _procs_with(f"sleep {marker}"):
+            break
+        time.sleep(0.1)
+    assert _procs_with(f"sleep {marker}") == []
+
+
+def test_s06_huge_stdout_and_stderr_complete(ssh_host):
+    script = "head -c 10485760 /dev/zero & head -c 10485760 /dev/zero >&2; wait"
+    res = ssh_host.run(script, timeout=60, max_output=12 << 20)
+    assert res.rc == 0
+    assert len(res.stdout) == len(res.stderr) == 10 << 20
+    capped = ssh_host.run(script, timeout=60)
+    assert len(capped.stdout) == 1 << 20 and capped.stdout_truncated
+
+
+def test_s17_spawn_returns_at_once_and_runs_detached(ssh_host, tmp_path):
+    log = tmp_path / "spawn.log"
+    pid = ssh_host.spawn("echo $$; sleep 2; echo done", log=str(log))
+    for _ in range(100):
+        if log.exists() and log.read_text():
+            break
+        time.sleep(0.05)
+    assert int(log.read_text().split()[0]) == pid
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    assert int(stat[2]) == pid and int(stat[3]) == pid  # own group and session
+
+
+def test_connections_are_reused(ssh_config):
+    a = get_host("sshtest")
+    b, path = resolve_location("sshtest:/data/*.log")
+    c, path2 = resolve_location("ssh://sshtest/data/x.log")
+    assert a is b is c and (path, path2) == ("/data/*.log", "/data/x.log")
+    a.close()
+    assert get_host("sshtest").run("echo ok", timeout=10).stdout == b"ok\n"
+
+
+def test_ssh_url_with_address_uses_config_keys(ssh_config):
+    host, path = resolve_location(f"ssh://{ssh_config.address}/tmp/*.log")
+    assert isinstance(host, SSHHost) and path == "/tmp/*.log"
+    assert host.run("echo ok", timeout=10).ok
+
+
+def test_jump_host_via_direct_tcpip(sshd_server, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    Path("forensics.toml").write_text(
+        sshd_server.toml("bastion") + sshd_server.toml("inner", jump="bastion")
+    )
+    try:
+        inner = get_host("inner")
+        assert inner.run("echo via-jump", timeout=10).stdout == b"via-jump\n"
+        assert inner._jump is get_host("bastion")  # type: ignore[attr-defined]
+    finally:
+        hosts.close_all()
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+
+def _config(sshd, **over) -> None:
+    Path("forensics.toml").write_text(sshd.toml(**over))
+    hosts.close_all()
+
+
+def test_s04_unknown_host_key_refused_then_trusted(sshd_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    _config(sshd_server, known_hosts=str(empty))
+    with pytest.raises(HostKeyError) as ei:
+        get_host("sshtest")
+    msg = str(ei.value)
+    assert ei.value.exit_code == EXIT_REMOTE
+    assert msg.startswith(f"{sshd_server.address}: unknown host key ssh-ed25519 SHA256:")
+    assert "--trust-new-host" in msg
+    assert not hosts.project_known_hosts().exists()
+    host = get_host("sshtest", trust_new_host=True)
+    assert host.run("echo trusted", timeout=10).stdout == b"trusted\n"
+    recorded = hosts.project_known_hosts().read_text()
+    assert recorded.split()[:3] == [
+        f"[127.0.0.1]:{sshd_server.port}",
+        *sshd_server.host_key_pub.split(),
+    ]
+    hosts.close_all()
+    assert get_host("sshtest").run("echo again", timeout=10).ok  # no trust flag needed now
+    hosts.close_all()
+
+
+def test_s04_changed_host_key_is_a_hard_failure(sshd_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    wrong = tmp_path / "wrong_known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{sshd_server.port} {sshd_server.other_host_key}\n")
+    _config(sshd_server, known_hosts=str(wrong))
+    for trust in (False, True):
+        with pytest.raises(HostKeyError) as ei:
+            get_host("sshtest", trust_new_host=trust)
+        assert "HOST KEY CHANGED" in str(ei.value) and ei.value.exit_code == EXIT_REMOTE
+    assert not hosts.project_known_hosts().exists()
+
+
+def test_s03_wrong_key_is_an_auth_failure(sshd_server, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    _config(sshd_server, identity_file=sshd_server.other_identity)
+    with pytest.raises(AuthFailed) as ei:
+        get_host("sshtest")
+    msg = str(ei.value)
+    assert ei.value.exit_code == EXIT_REMOTE
+    assert msg.startswith(f"{sshd_server.address}: authentication failed")
+    assert sshd_server.other_identity in msg and "(try:" in msg
+
+
+def test_s01_connection_refused(sshd_server, monkeypatch):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _config(sshd_server, address=f"{sshd_server.user}@127.0.0.1:{port}")
+    with pytest.raises(HostUnreachable) as ei:
+        get_host("sshtest")
+    assert ei.value.exit_code == EXIT_REMOTE
+    assert str(ei.value).startswith(f"{sshd_server.user}@127.0.0.1:{port}: ")
+    assert "refused" in str(ei.value).lower()
+
+
+def test_s02_listener_without_banner_fails_within_deadline(sshd_server):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        _config(sshd_server, address=f"{sshd_server.user}@127.0.0.1:{port}", connect_timeout=1)
+        start = time.monotonic()
+        with pytest.raises(HostUnreachable) as ei:
+            get_host("sshtest")
+        assert time.monotonic() - start < 15
+        assert "no SSH banner" in str(ei.value) and ei.value.exit_code == EXIT_REMOTE
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        srv.close()
+
+
+def test_s04_trust_host_records_only_a_matching_fingerprint(sshd_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    _config(sshd_server, known_hosts=str(empty))
+    shown = hosts.trust_host("sshtest")
+    assert shown["recorded"] is False and shown["fingerprint"].startswith("SHA256:")
+    assert not hosts.project_known_hosts().exists()
+    with pytest.raises(HostKeyError) as ei:
+        hosts.trust_host("sshtest", fingerprint="SHA256:" + "A" * 43)
+    assert "mismatch" in str(ei.value)
+    done = hosts.trust_host("sshtest", fingerprint=shown["fingerprint"])
+    assert done["recorded"] is True and hosts.project_known_hosts().is_file()
+    assert get_host("sshtest").run("echo ok", timeout=10).ok
+    assert hosts.trust_host("sshtest")["already_known"] is True
+    hosts.close_all()
