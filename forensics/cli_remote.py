@@ -1,0 +1,295 @@
+"""Remote-host and launch commands: ``lint``, ``launch``, ``stop``, ``hosts list|check|trust``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from forensics.cli_common import echo_json, emit_frame, get_store
+
+
+def _progress(event: dict) -> None:
+    kind = event.get("event")
+    if kind == "step":
+        if event.get("phase") == "start":
+            click.echo(f"  step {event.get('step')}: {event.get('orig')}", err=True)
+        else:
+            click.echo(f"  step {event.get('step')} ended (rc {event.get('rc')})", err=True)
+    elif kind == "stage":
+        click.echo(f"  stage {event.get('stage')}: {event.get('line')}", err=True)
+    elif kind == "health":
+        click.echo("  /health: 200 (ready)", err=True)
+    elif kind == "server":
+        click.echo(f"  server started (pgid {event.get('pid')})", err=True)
+
+
+def _print_result(res: dict, fmt: str) -> None:
+    if fmt == "json":
+        echo_json(res)
+        return
+    click.echo(f"{res['name']} on {res['host']}: {res['status']}")
+    if res.get("cause"):
+        click.echo(f"cause: {res['cause']} (phase {res.get('phase')}, step {res.get('step')})")
+    if res.get("explanation"):
+        click.echo(res["explanation"])
+    for step in res.get("next_steps") or []:
+        click.echo(f"  try: {step}")
+    click.echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
+    if res.get("pgid") and res["status"] == "ready":
+        click.echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("lint")
+    @click.argument("name", required=False)
+    @click.option("--shell", "shell_text", help="The exact chain you typed, in single quotes.")
+    @click.option("--host", default=None, help="Check the log dir and port on this host too.")
+    @click.option("--rules", is_flag=True, help="List the lint rules instead.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.pass_context
+    def lint_cmd(ctx, name, shell_text, host, rules, as_json):
+        """Check a launch chain or recipe; explain each finding with a safer alternative.
+
+        \b
+        forensics lint --shell 'pkill -f "sglang.launch_server" && ... &'
+        forensics lint sglang_eagle3_cg_2step --host gpu8
+        """
+        from forensics.hosts import get_host
+        from forensics.lint import lint, rules_frame
+        from forensics.recipe import Recipe
+
+        if rules:
+            emit_frame(rules_frame(), "json" if as_json else "table", title="lint rules")
+            return
+        if shell_text is not None:
+            recipe = Recipe.from_shell(shell_text, host=host)
+        elif name:
+            from forensics.launcher import resolve_recipe
+
+            recipe = resolve_recipe(get_store(ctx), name)
+        else:
+            raise click.UsageError("give a recipe NAME or --shell '...'")
+        h = get_host(host or recipe.host) if (host or recipe.host) else None
+        findings = lint(recipe, host=h)
+        if as_json:
+            echo_json(
+                {"name": recipe.name, "findings": [f.to_dict() for f in findings]},
+            )
+            return
+        if not findings:
+            click.echo(f"{recipe.name}: no findings")
+            return
+        for f in findings:
+            click.echo(f"step {f.step} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
+            click.echo(f"    {f.explanation}")
+            click.echo(f"    instead: {f.alternative}")
+
+    @cli.command(
+        "launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+    )
+    @click.argument("name", required=False)
+    @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+    @click.option("--shell", "shell_text", help="Import the recipe from the chain you typed.")
+    @click.option("--name", "name_opt", help="Launch name (default: from the log path).")
+    @click.option("--host", default=None, help="A [hosts.NAME] (default: the recipe's).")
+    @click.option("--log", "log_path", default=None, help="Log path (default: by the name).")
+    @click.option("--sim", is_flag=True, help="Run the simulated server in place of SGLang.")
+    @click.option("--sim-speed", type=float, default=100.0, show_default=True)
+    @click.option("--sim-fail", default=None, help="Failure the simulator injects.")
+    @click.option("--port", type=int, default=None, help="Server port (sets --port).")
+    @click.option("--deadline", type=float, default=None, help="Seconds to wait for /health.")
+    @click.option("--step-deadline", type=float, default=None, help="Seconds per chain step.")
+    @click.option("--replay", is_flag=True, help="Replay the chain as typed, journaled.")
+    @click.option("--safe-patterns", is_flag=True, help="Replay with per-replay kill patterns.")
+    @click.option("--list", "list_", is_flag=True, help="List recorded launches.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.pass_context
+    def launch_cmd(
+        ctx,
+        name,
+        server_args,
+        shell_text,
+        name_opt,
+        host,
+        log_path,
+        sim,
+        sim_speed,
+        sim_fail,
+        port,
+        deadline,
+        step_deadline,
+        replay,
+        safe_patterns,
+        list_,
+        as_json,
+    ):
+        """Start a server safely: own process group, pid file, log by name, health wait.
+
+        \b
+        forensics launch sglang_eagle3_cg_2step            # a [recipes.NAME] of the config
+        forensics launch --shell 'nohup python3 -m sglang.launch_server ... > x.log 2>&1 &'
+        forensics launch --sim --name sglang_eagle3_cg_5dt -- --model-path sim://k2 ...
+        forensics launch --shell '...' --replay --safe-patterns   # journaled replay
+
+        The run is recorded before it starts; `forensics stop NAME` ends it.
+        """
+        from forensics import launcher
+        from forensics.recipe import Recipe, load_recipes
+
+        store = get_store(ctx)
+        if list_:
+            emit_frame(
+                launcher.launches_frame(store).drop(["recipe", "diagnosis"], strict=False),
+                "json" if as_json else "table",
+                title="launches",
+            )
+            return
+        extra = list(server_args) + list(ctx.args)
+        if name and name.startswith("-"):  # `launch --sim --name N -- --model-path ...`
+            extra, name = [name, *extra], None
+        if shell_text is not None:
+            recipe = Recipe.from_shell(shell_text, name=name_opt or name, host=host)
+        elif extra:
+            argv = ["python3", "-m", "sglang.launch_server", *extra]
+            launch_name = name_opt or name
+            if not launch_name:
+                raise click.UsageError("give --name for a server started from flags")
+            recipe = Recipe(
+                name=launch_name,
+                server=argv,
+                log_path=log_path,
+                health_url=None,
+                host=host,
+            )
+            from forensics.recipe import health_url_for
+
+            recipe.health_url = health_url_for(argv)
+        elif name:
+            recipes = load_recipes()
+            if name in recipes:
+                recipe = recipes[name]
+            else:
+                recipe = launcher.resolve_recipe(store, name)
+        else:
+            raise click.UsageError("give a recipe NAME, --shell '...', or --sim --name N -- FLAGS")
+        if log_path:
+            recipe.log_path = log_path
+        simopts = {"speed": sim_speed, "fail": sim_fail, "port": port} if sim else None
+        if port and not sim:
+            from forensics.recipe import health_url_for
+
+            recipe.server = [a for a in recipe.server] + ["--port", str(port)]
+            recipe.health_url = health_url_for(recipe.server)
+        progress = None if as_json else _progress
+        if replay or safe_patterns:
+            res = launcher.relaunch(
+                store,
+                recipe.name,
+                recipe=recipe,
+                host=host,
+                safe_patterns=safe_patterns,
+                deadline=deadline,
+                step_deadline=step_deadline,
+                sim=simopts,
+                progress=progress,
+            )
+        else:
+            res = launcher.launch(
+                store, recipe, host=host, deadline=deadline, progress=progress, sim=simopts
+            )
+        _print_result(res, "json" if as_json else "table")
+        if res["status"] not in ("ready",):
+            sys.exit(6 if res["status"] == "timeout" else 1)
+
+    @cli.command("stop")
+    @click.argument("name")
+    @click.option("--grace", type=float, default=10.0, show_default=True, help="TERM -> KILL s.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.pass_context
+    def stop_cmd(ctx, name, grace, as_json):
+        """Stop a launched run: TERM to its process group, grace, KILL (never by pattern)."""
+        from forensics.launcher import stop
+
+        res = stop(get_store(ctx), name, grace_s=grace)
+        if as_json:
+            echo_json(res)
+        else:
+            click.echo(f"{res['name']}: {res['outcome']} (process group {res['pgid']})")
+
+    @cli.group("hosts")
+    def hosts_group():
+        """Configured hosts ([hosts.NAME] in forensics.toml)."""
+
+    @hosts_group.command("list")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def hosts_list(as_json):
+        """List the configured hosts."""
+        import polars as pl
+
+        from forensics.hosts import load_config
+
+        rows = [
+            {
+                "name": c.name,
+                "address": c.address,
+                "identity_file": c.identity_file,
+                "known_hosts": c.known_hosts,
+                "jump": c.jump,
+                "source": c.source,
+            }
+            for c in load_config()["hosts"].values()
+        ]
+        schema = ["name", "address", "identity_file", "known_hosts", "jump", "source"]
+        df = pl.DataFrame(rows, schema={k: pl.String for k in schema})
+        emit_frame(df, "json" if as_json else "table", title="hosts")
+
+    @hosts_group.command("check")
+    @click.argument("name")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def hosts_check(name, as_json):
+        """Connect to a host and report what the launcher needs there."""
+        from forensics import hosts as hosts_mod
+
+        fn = getattr(hosts_mod, "check_host", None)
+        if fn is not None:
+            res = fn(name)
+        else:
+            h = hosts_mod.get_host(name)
+            out = h.run(
+                "uname -sr; id -un; for p in timeout setsid bash curl fuser nvidia-smi py-spy; "
+                "do command -v $p >/dev/null 2>&1 && echo has:$p || echo missing:$p; done",
+                timeout=20,
+            ).text.split("\n")
+            res = {
+                "name": name,
+                "kernel": out[0] if out else "",
+                "user": out[1] if len(out) > 1 else "",
+                "tools": {x.split(":", 1)[1]: x.startswith("has:") for x in out if ":" in x},
+            }
+        if as_json:
+            echo_json(res)
+        else:
+            for k, v in res.items():
+                click.echo(f"{k}: {v}")
+
+    @hosts_group.command("trust")
+    @click.argument("name")
+    @click.option("--fingerprint", default=None, help="Expected SHA256:... fingerprint.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    def hosts_trust(name, fingerprint, as_json):
+        """Record a host's key after checking its fingerprint (first contact only)."""
+        from forensics import hosts as hosts_mod
+        from forensics.errors import UsageError
+
+        fn = getattr(hosts_mod, "trust_host", None)
+        if fn is None:
+            raise UsageError(
+                "hosts trust is not available in this build",
+                hint=f"connect once with --trust-new-host (e.g. forensics hosts check {name})",
+            )
+        res = fn(name, fingerprint=fingerprint)
+        if as_json:
+            echo_json(res)
+        else:
+            click.echo(str(res))

@@ -1,0 +1,603 @@
+"""Lint a launch recipe: rules as data, each finding explained with a safer alternative.
+
+``lint(recipe, host=None)`` returns ``Finding``s. Rules in ``RULES`` (id, severity, what it
+detects, why it matters, the safer alternative, the check). Checks that need the host
+(``log-dir-missing``, ``port-in-use``) run only when a host is given.
+
+The self-kill check is concrete: it computes the command line of the shell that will run the
+chain (over SSH: ``bash -c '<the whole chain>'``) and regex-matches each ``pkill -f`` /
+``pgrep -f`` pattern against it, the way pkill does (bad-inputs S14).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from forensics.recipe import Recipe, server_step, step_kind
+from parsers.shell import Chain, Command, Step, launching_command_line, parse_chain, shell_script
+
+if TYPE_CHECKING:
+    from forensics.hosts import Host
+
+SEVERITIES = ("error", "warning", "info")
+
+# Signals by name (pkill -KILL / -SIGKILL / --signal KILL); numbers are taken as they are.
+SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
+
+# Patterns that match far more than one server (bad-inputs S15).
+BROAD_PATTERN = re.compile(
+    r"^\^?(python[0-9.]*\*?|python|py|bash|sh|node|java|ray|torchrun|sglang|vllm|\.|\.\*)\$?$"
+)
+# Options of pkill/pgrep/killall that take a value.
+KILL_OPTS_WITH_VALUE = {
+    "-u",
+    "-U",
+    "-g",
+    "-G",
+    "-P",
+    "-s",
+    "-t",
+    "-F",
+    "--signal",
+    "--uid",
+    "--euid",
+    "--group",
+    "--parent",
+    "--session",
+    "--terminal",
+    "--pidfile",
+    "--ns",
+    "--nslist",
+    "-o",
+    "-y",
+}
+
+
+@dataclasses.dataclass
+class KillSpec:
+    """One pattern kill: ``pkill -9 -f python3`` -> program pkill, signal 9, full, python3."""
+
+    program: str  # pkill | pgrep | killall
+    pattern: str
+    full: bool  # -f: match the full command line (else the process name)
+    exact: bool  # -x
+    signal: int  # 15 unless given; 0 for pgrep (it kills nothing by itself)
+    kills: bool  # pkill/killall, or pgrep feeding kill
+
+
+@dataclasses.dataclass
+class Finding:
+    id: str
+    severity: str
+    step: int | None  # 1-based step index, None for the whole recipe
+    text: str  # the step's text
+    explanation: str
+    alternative: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class LintContext:
+    recipe: Recipe
+    chain: Chain
+    server: Step | None
+    cmdline: str  # the launching shell's command line
+    host: Host | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    detects: str
+    why: str
+    alternative: str
+    check: Callable[[LintContext, Rule], Iterable[Finding]]
+    needs_host: bool = False
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _signal(value: str) -> int:
+    v = value.upper().removeprefix("SIG")
+    if v.isdigit():
+        return int(v)
+    return SIGNALS.get(v, 15)
+
+
+def parse_kill(argv: list[str]) -> KillSpec | None:
+    """A ``pkill``/``pgrep``/``killall`` argv -> KillSpec (None for anything else)."""
+    if not argv:
+        return None
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog not in ("pkill", "pgrep", "killall"):
+        return None
+    full = exact = False
+    sig = 15
+    pattern = None
+    k = 1
+    while k < len(argv):
+        a = argv[k]
+        if a == "--":
+            pattern = argv[k + 1] if k + 1 < len(argv) else None
+            break
+        if a in KILL_OPTS_WITH_VALUE:
+            if a in ("--signal", "-s") and prog != "pgrep" and k + 1 < len(argv):
+                if a == "--signal" or prog == "killall":
+                    sig = _signal(argv[k + 1])
+            k += 2
+            continue
+        if a.startswith("--signal="):
+            sig = _signal(a.split("=", 1)[1])
+        elif a in ("-f", "--full"):
+            full = True
+        elif a in ("-x", "--exact"):
+            exact = True
+        elif a.startswith("-") and len(a) > 1:
+            body = a[1:]
+            if body.isdigit() or body.upper().removeprefix("SIG") in SIGNALS:
+                sig = _signal(body)
+            else:
+                full = full or ("f" in body and prog != "killall")
+                exact = exact or "x" in body
+        else:
+            pattern = a
+            break
+        k += 1
+    if pattern is None:
+        return None
+    if prog == "killall":
+        full = False
+    kills = prog != "pgrep"
+    return KillSpec(prog, pattern, full, exact, sig if kills else 0, kills)
+
+
+_PGREP_SUB = re.compile(r"\$\(\s*(pgrep\b[^)]*)\)|`\s*(pgrep\b[^`]*)`")
+
+
+def step_kills(step: Step) -> list[KillSpec]:
+    """Pattern kills a step performs (``pkill``, ``killall``, ``kill $(pgrep -f X)``)."""
+    out: list[KillSpec] = []
+    for cmd in step.commands:
+        inner, _ = cmd.unwrapped()
+        spec = parse_kill(inner)
+        if spec:
+            out.append(spec)
+        if inner and inner[0] == "kill":
+            for m in _PGREP_SUB.finditer(cmd.text):
+                sub = parse_chain(m.group(1) or m.group(2))
+                if sub.steps and sub.steps[0].command:
+                    s = parse_kill(sub.steps[0].command.argv)
+                    if s:
+                        sig = next((_signal(a[1:]) for a in inner[1:] if a[:1] == "-"), 15)
+                        out.append(dataclasses.replace(s, kills=True, signal=sig))
+    # "pgrep -f X | xargs kill"
+    if len(step.commands) > 1 and any(c.argv[:1] == ["xargs"] for c in step.commands[1:]):
+        for i, s in enumerate(out):
+            if s.program == "pgrep":
+                out[i] = dataclasses.replace(s, kills=True, signal=15)
+    return out
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """A pkill pattern (POSIX ERE) as a Python regex; an invalid one matches literally."""
+    translated = (
+        pattern.replace("[[:space:]]", r"\s")
+        .replace("[[:digit:]]", r"\d")
+        .replace("[[:alpha:]]", "[A-Za-z]")
+        .replace("[[:alnum:]]", "[A-Za-z0-9]")
+    )
+    try:
+        return re.compile(translated)
+    except re.error:
+        return re.compile(re.escape(pattern))
+
+
+def self_kill_match(spec: KillSpec, cmdline: str) -> re.Match[str] | None:
+    """Where the pattern matches the launching shell's command line, if it does."""
+    if not spec.kills or not spec.full:
+        return None
+    if spec.exact:
+        return pattern_regex(f"^(?:{spec.pattern})$").search(cmdline)
+    return pattern_regex(spec.pattern).search(cmdline)
+
+
+def _excerpt(text: str, m: re.Match[str], width: int = 24) -> str:
+    a, b = max(0, m.start() - width), min(len(text), m.end() + width)
+    body = text[a:b].replace("\n", " ")
+    return ("…" if a else "") + body + ("…" if b < len(text) else "")
+
+
+def _signal_name(sig: int) -> str:
+    names = {v: k for k, v in SIGNALS.items()}
+    return f"SIG{names[sig]}" if sig in names else f"signal {sig}"
+
+
+def _later(chain: Chain, step: Step) -> list[Step]:
+    return [s for s in chain.steps if s.index > step.index]
+
+
+def _skipped_by_and(chain: Chain, step: Step) -> list[Step]:
+    """Steps an ``&&`` after ``step`` skips when it fails (up to the end of its and-or list)."""
+    out = []
+    for s in _later(chain, step):
+        if s.list_index != step.list_index:
+            break
+        out.append(s)
+        if s.connector == "||":
+            break
+    return out
+
+
+def _steps_list(steps: list[Step]) -> str:
+    return ", ".join(f"{s.index} `{s.text.strip()[:40]}`" for s in steps) or "none"
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_self_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        for spec in step_kills(step):
+            m = self_kill_match(spec, ctx.cmdline)
+            if not m:
+                continue
+            later = _later(ctx.chain, step)
+            tail = ""
+            if ctx.server is not None and ctx.server.index > step.index:
+                tail = (
+                    f"; the server step {ctx.server.index} never runs, so no log is written"
+                    if ctx.recipe.log_path
+                    else f"; the server step {ctx.server.index} never runs"
+                )
+            yield Finding(
+                rule.id,
+                rule.severity,
+                step.index,
+                step.text,
+                f"`{spec.pattern}` matches the command line of the shell that runs the chain "
+                f"({_excerpt(ctx.cmdline, m)!r} in `{ctx.cmdline.split(' ', 1)[0]} -c "
+                f"'<the chain>'`), so step {step.index} kills that shell with "
+                f"{_signal_name(spec.signal)} (exit {128 + spec.signal}) and the "
+                f"{len(later)} step(s) after it never run{tail}.",
+                rule.alternative,
+            )
+
+
+def _check_broad(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        for spec in step_kills(step):
+            if spec.kills and BROAD_PATTERN.match(spec.pattern):
+                what = "command line" if spec.full else "process name"
+                yield Finding(
+                    rule.id,
+                    rule.severity,
+                    step.index,
+                    step.text,
+                    f"`{spec.program}` kills every process of this user whose {what} matches "
+                    f"`{spec.pattern}`: other users' jobs, notebooks, monitoring agents and "
+                    "tools running on the host, not just the previous server.",
+                    rule.alternative,
+                )
+
+
+_GPU_KILL = (
+    re.compile(r"\bfuser\b(?=.*\s-[a-zA-Z]*k)(?=.*?/dev/nvidia)"),
+    re.compile(r"/dev/nvidia\S*.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
+    re.compile(r"nvidia-smi\b.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
+    re.compile(r"\bkillall_sglang\.sh\b"),
+)
+
+
+def _check_gpu_collateral(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        if any(p.search(step.text) for p in _GPU_KILL):
+            yield Finding(
+                rule.id,
+                rule.severity,
+                step.index,
+                step.text,
+                "kills every process that has a GPU device open, whoever owns it: other "
+                "users' training or serving jobs on the same host (and inside a container the "
+                "PIDs may be the host's).",
+                rule.alternative,
+            )
+
+
+def _check_and_after_pkill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        if step.connector != "&&":
+            continue
+        specs = step_kills(step)
+        if not specs:
+            continue
+        skipped = _skipped_by_and(ctx.chain, step)
+        yield Finding(
+            rule.id,
+            rule.severity,
+            step.index,
+            step.text,
+            f"`{specs[0].program}` exits 1 when nothing matched (e.g. no server is running), "
+            f"and `&&` then silently skips step(s) {_steps_list(skipped)}.",
+            rule.alternative,
+        )
+
+
+def _server_commands(step: Step) -> list[tuple[Command, list[str]]]:
+    """(command, wrappers) of the server step, including inside ``bash -c``."""
+    out = []
+    for cmd in step.commands:
+        inner, wrappers = cmd.unwrapped()
+        out.append((cmd, wrappers))
+        script = shell_script(cmd.argv)
+        if script:
+            for s in parse_chain(script).steps:
+                for c in s.commands:
+                    out.append((c, [*wrappers, *c.unwrapped()[1]]))
+    return out
+
+
+def _check_process_group(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    step = ctx.server
+    if step is None:
+        return
+    if any("setsid" in w for _, w in _server_commands(step)):
+        return
+    yield Finding(
+        rule.id,
+        rule.severity,
+        step.index,
+        step.text,
+        "the server shares the process group of the shell that launched it, so it can only be "
+        "stopped later by a pattern (pkill -f ...), which is how chains kill themselves and "
+        "leave orphaned schedulers holding the port and the GPUs (S16).",
+        rule.alternative,
+    )
+
+
+def _check_stdin(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        for cmd, wrappers in (
+            _server_commands(step)
+            if step is ctx.server
+            else [(c, c.unwrapped()[1]) for c in step.commands]
+        ):
+            if "nohup" in wrappers and cmd.stdin_target() is None:
+                if step.command and step.command.stdin_target() is not None:
+                    continue
+                yield Finding(
+                    rule.id,
+                    rule.severity,
+                    step.index,
+                    step.text,
+                    "nohup leaves stdin attached to the SSH channel: ssh may not return until "
+                    "the server exits, and a server that reads stdin blocks (S17).",
+                    rule.alternative,
+                )
+                break
+
+
+def _check_sleep(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        if step_kind(step) != "wait" or not step.command or step.command.argv[:1] != ["sleep"]:
+            continue
+        prev = [s for s in ctx.chain.steps if s.index == step.index - 1]
+        if (
+            prev
+            and step_kills(prev[0])
+            or (prev and re.search(r"\bfuser\b|\bkill\b", prev[0].text))
+        ):
+            yield Finding(
+                rule.id,
+                rule.severity,
+                step.index,
+                step.text,
+                "a fixed sleep guesses how long the killed processes take to exit; a server in "
+                "GPU teardown can take longer, and the next step then races it for the port and "
+                "the GPU memory.",
+                rule.alternative,
+            )
+
+
+def _check_log_dir(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    log = ctx.recipe.log_path
+    if not log or ctx.host is None:
+        return
+    d = posixpath.dirname(log) or "."
+    if ctx.host.is_dir(d):
+        return
+    step = ctx.server
+    yield Finding(
+        rule.id,
+        rule.severity,
+        step.index if step else None,
+        step.text if step else log,
+        f"{ctx.host.name}:{d} does not exist, so the shell cannot open {log} for the "
+        "redirection: the server never starts and no log is written.",
+        rule.alternative.replace("DIR", d),
+    )
+
+
+def port_listening(host: Host, port: int) -> bool:
+    """Whether something listens on TCP ``port`` on the host (from /proc/net/tcp{,6})."""
+    script = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null"
+    res = host.run(script, timeout=15)
+    want = f":{port:04X}"
+    for line in res.text.splitlines()[0:]:
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and parts[1].upper().endswith(want):
+            return True
+    return False
+
+
+def _check_port(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    port = ctx.recipe.port
+    if port is None or ctx.host is None:
+        return
+    if not port_listening(ctx.host, port):
+        return
+    step = ctx.server
+    yield Finding(
+        rule.id,
+        rule.severity,
+        step.index if step else None,
+        step.text if step else str(ctx.recipe.health_url),
+        f"port {port} is already bound on {ctx.host.name}: the new server fails to bind "
+        "(`address already in use`), or /health answers from the old server and the launch "
+        "looks healthy when it is not.",
+        rule.alternative,
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "cleanup-self-kill",
+        "error",
+        "a pkill -f / pgrep -f pattern that matches the command line of the shell running the "
+        "chain",
+        "pkill -f matches full command lines, and the launching shell's command line is the "
+        "whole chain, so the cleanup kills the chain before the server starts (S14)",
+        "stop the previous run by its process group: `forensics stop NAME` (or "
+        "`kill -TERM -- -PGID` from the pid file); if a pattern is unavoidable, make it one that "
+        "cannot match the chain, e.g. `pkill -f '[s]glang.launch_server'` when the chain itself "
+        "does not start sglang, and run it as its own ssh command",
+        _check_self_kill,
+    ),
+    Rule(
+        "broad-kill",
+        "error",
+        "pkill/killall of an interpreter or other generic name (`pkill -9 -f python3`, "
+        "`killall python`)",
+        "kills unrelated work of the same user on a shared host",
+        "kill exactly the previous server's process group (`forensics stop NAME`); list what "
+        "would match first with `pgrep -af PATTERN`",
+        _check_broad,
+    ),
+    Rule(
+        "gpu-collateral-kill",
+        "error",
+        "`fuser -k /dev/nvidia*` or GPU-holder lists piped to kill",
+        "kills every GPU user on the host, not just your server (S15)",
+        "list GPU holders without killing (`fuser -v /dev/nvidia*`, `nvidia-smi "
+        "--query-compute-apps=pid,process_name --format=csv`) and stop only your own process "
+        "group",
+        _check_gpu_collateral,
+    ),
+    Rule(
+        "and-after-pkill",
+        "warning",
+        "`&&` after pkill/pgrep/killall",
+        "pkill exits 1 when nothing matched, so `&&` skips the rest of the list without a word",
+        "use `;` after a cleanup step (or `pkill ... || true`), and check the result with "
+        "`pgrep` if it matters",
+        _check_and_after_pkill,
+    ),
+    Rule(
+        "no-process-group",
+        "warning",
+        "the server is started without setsid (no process group of its own)",
+        "without its own group the run can only be stopped by pattern, and orphaned children "
+        "survive (S16)",
+        "start it with `setsid nohup CMD </dev/null >>LOG 2>&1 &` and keep `$!` as the pgid "
+        "(what `forensics launch` does)",
+        _check_process_group,
+    ),
+    Rule(
+        "no-redirect-stdin",
+        "warning",
+        "nohup without `</dev/null`",
+        "stdin stays attached to the SSH channel (S17)",
+        "redirect all three streams: `nohup CMD </dev/null >>LOG 2>&1 &`",
+        _check_stdin,
+    ),
+    Rule(
+        "sleep-as-sync",
+        "info",
+        "`sleep N` after a kill, used to wait for processes to exit",
+        "a guess: too short races the old server for port and GPU, too long wastes time",
+        "wait for the group to be gone with a deadline: `forensics stop NAME` (TERM, grace, "
+        "KILL, then verify), or `timeout 60 sh -c 'while kill -0 -- -PGID; do sleep 0.5; done'`",
+        _check_sleep,
+    ),
+    Rule(
+        "log-dir-missing",
+        "error",
+        "the log's directory does not exist on the host",
+        "the redirection fails before the server runs: no process, no log (pre-exec)",
+        "create it first: `mkdir -p DIR` (forensics launch does)",
+        _check_log_dir,
+        needs_host=True,
+    ),
+    Rule(
+        "port-in-use",
+        "error",
+        "the health port is already bound on the host",
+        "the server cannot bind, or /health answers for the old server",
+        "stop the old server (`forensics stop NAME`), or find its owner with `ss -ltnp` / "
+        "`fuser -v PORT/tcp` and pick another --port",
+        _check_port,
+        needs_host=True,
+    ),
+)
+RULES_BY_ID = {r.id: r for r in RULES}
+
+
+def lint(recipe: Recipe | str, *, host: Host | None = None) -> list[Finding]:
+    """Check a recipe (or a chain's text); host checks run only when ``host`` is given."""
+    if isinstance(recipe, str):
+        recipe = Recipe.from_shell(recipe)
+    chain = recipe.chain()
+    ctx = LintContext(
+        recipe=recipe,
+        chain=chain,
+        server=server_step(chain),
+        cmdline=launching_command_line(chain.text, recipe.shell_program),
+        host=host,
+    )
+    findings: list[Finding] = []
+    for rule in RULES:
+        if rule.needs_host and host is None:
+            continue
+        findings.extend(rule.check(ctx, rule))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (f.step if f.step is not None else 10**6, order[f.severity]))
+    return findings
+
+
+FINDING_SCHEMA = {
+    "id": pl.String,
+    "severity": pl.String,
+    "step": pl.Int64,
+    "text": pl.String,
+    "explanation": pl.String,
+    "alternative": pl.String,
+}
+
+
+def findings_frame(findings: list[Finding]) -> pl.DataFrame:
+    return pl.DataFrame([f.to_dict() for f in findings], schema=FINDING_SCHEMA)
+
+
+def rules_frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "id": r.id,
+                "severity": r.severity,
+                "detects": r.detects,
+                "why": r.why,
+                "alternative": r.alternative,
+                "needs_host": r.needs_host,
+            }
+            for r in RULES
+        ]
+    )

@@ -1,0 +1,250 @@
+"""forensics/launcher.py: journaled relaunch, diagnosis from the journal, launch and stop.
+
+Real processes only: the simulated server (python -m forensics.sim) in place of SGLang, and
+every replay uses safe patterns (a per-replay token), so no test kills anything it did not
+start (bad-inputs S14-S16).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from forensics import launcher
+from forensics.cli import cli
+from forensics.hosts import LocalHost
+from forensics.recipe import Recipe
+from forensics.store import Store
+from parsers.journal import parse_journal
+from tests.test_shell import SEED
+
+SPEED = 400.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = Store.open(tmp_path / "store", create=True)
+    yield st
+    # stop whatever our launches left running: their own process groups only
+    df = launcher.launches_frame(st)
+    for row in df.filter(df["status"] == "ready").iter_rows(named=True):
+        launcher.stop(st, row["name"], grace_s=3)
+
+
+def _seed(tmp_path) -> str:
+    logs = tmp_path / "eagle3"
+    logs.mkdir(exist_ok=True)
+    return SEED.replace("/data/eagle3", str(logs))
+
+
+def _replay(store, chain, *, port=None, **kw):
+    recipe = Recipe.from_shell(chain)
+    sim = {"speed": SPEED, "port": port or _free_port(), "python": sys.executable}
+    sim.update(kw.pop("sim", {}))
+    return launcher.relaunch(
+        store, recipe.name, recipe=recipe, safe_patterns=True, sim=sim, deadline=20, **kw
+    )
+
+
+def test_seed_chain_replay_is_a_cleanup_self_kill_s14(store, tmp_path):
+    res = _replay(store, _seed(tmp_path))
+    assert res["cause"] == "cleanup-self-kill"
+    assert res["step"] == 1
+    assert res["explanation"] == (
+        'step 1 `pkill -f "sglang.launch_server"` killed the launching shell (exit 143, '
+        "SIGTERM): its command line contains `sglang.launch_server`; nohup never ran, so no "
+        "log was written."
+    )
+    assert res["log_exists"] is False
+    assert res["status"] == "failed"
+    events = [(e["event"], e["step"]) for e in res["evidence"]]
+    assert ("start", 1) in events and ("end", 1) not in events and ("exit", None) in events
+    # the launch was registered and the journal stored
+    launches = launcher.launches_frame(store)
+    assert launches.row(-1, named=True)["cause"] == "cleanup-self-kill"
+    assert store.table("journal").filter(store.table("journal")["event"] == "exit").height == 1
+
+
+def test_self_kill_by_sigkill_at_step_3_when_step_1_is_harmless(store, tmp_path):
+    chain = _seed(tmp_path).replace('pkill -f "sglang.launch_server" && sleep 2 && ', "")
+    res = _replay(store, chain)
+    assert (res["cause"], res["step"]) == ("cleanup-self-kill", 1)
+    assert "pkill -9 -f python3" in res["explanation"]
+    assert "exit 137, SIGKILL" in res["explanation"]
+
+
+def test_cleanup_hang_is_recorded_with_what_it_waited_on(store, tmp_path):
+    log = tmp_path / "hang.log"
+    chain = f'sleep 1000 && nohup bash -c "python3 -m sglang.launch_server" > {log} 2>&1 &'
+    res = _replay(store, chain, step_deadline=1)
+    assert res["cause"] == "cleanup-hang"
+    assert res["phase"] == "cleanup" and res["step"] == 1
+    assert "1 s deadline" in res["explanation"] and "exit 124" in res["explanation"]
+    assert "sleep 1000" in res["explanation"]  # from ps, what the step waited on
+    assert not log.exists()
+
+
+def test_missing_log_directory_is_pre_exec(store, tmp_path):
+    chain = (
+        f'sleep 0.1; nohup bash -c "python3 -m sglang.launch_server" > {tmp_path}/nodir/x.log'
+        " 2>&1 &"
+    )
+    res = _replay(store, chain)
+    assert (res["cause"], res["phase"], res["step"]) == ("log-dir-missing", "pre-exec", 2)
+    assert "could not open the log" in res["explanation"]
+    assert "log-dir-missing" in [f["id"] for f in res["findings"]]
+    # the journal lives in a fallback place since the log's directory is missing
+    assert not res["journal_path"].startswith(f"{tmp_path}/nodir")
+
+
+def test_and_after_pkill_skips_the_server(store, tmp_path):
+    log = tmp_path / "x.log"
+    chain = (
+        f'pkill -x nothing_here_x && nohup bash -c "python3 -m sglang.launch_server" > {log} 2>&1 &'
+    )
+    res = _replay(store, chain)
+    assert (res["cause"], res["step"]) == ("and-after-pkill", 1)
+    assert "skipped step(s) 2" in res["explanation"] and "no log was written" in res["explanation"]
+
+
+def test_simulator_failing_in_capture_reports_the_log_failure(store, tmp_path):
+    log = tmp_path / "sglang_eagle3_cg_2step.log"
+    chain = f'nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
+    res = _replay(store, chain, sim={"fail": "capture-oom"})
+    assert res["status"] == "failed"
+    assert res["cause"] == "capture_failed"
+    assert res["phase"] == "capture"
+    assert "capture_begin" in res["stages"] and "ready" not in res["stages"]
+    assert log.exists()
+
+
+def test_port_already_in_use(store, tmp_path):
+    log = tmp_path / "p.log"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        chain = f'nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
+        res = _replay(store, chain, port=port)
+    assert res["cause"] == "port-in-use"
+    assert res["status"] != "ready"
+
+
+def test_healthy_replay_follows_stages_then_stop_ends_the_group(store, tmp_path):
+    log = tmp_path / "sglang_eagle3_cg_5dt.log"
+    chain = (
+        f'sleep 0.1; nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
+    )
+    events = []
+    res = _replay(store, chain, progress=events.append)
+    assert res["status"] == "ready" and res["cause"] is None
+    assert res["stages"][-1] == "ready" and "load_begin" in res["stages"]
+    assert any(e["event"] == "stage" for e in events)
+    pgid = res["pgid"]
+    out = launcher.stop(store, "sglang_eagle3_cg_5dt", grace_s=5)
+    assert out["outcome"] in ("terminated", "killed") and out["pgid"] == pgid
+    assert launcher.wait_stopped(LocalHost(), pgid)
+    assert launcher.find_launch(store, "5dt")["status"] == "stopped"
+
+
+def test_launch_safe_registers_first_and_uses_pid_file(store, tmp_path):
+    recipe = Recipe(
+        name="sglang_eagle3_cg_2step",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        log_path=str(tmp_path / "logs" / "sglang_eagle3_cg_2step.log"),
+        health_url=None,
+    )
+    port = _free_port()
+    res = launcher.launch(
+        store, recipe, sim={"speed": SPEED, "port": port, "python": sys.executable}, deadline=20
+    )
+    assert res["status"] == "ready" and res["mode"] == "launch"
+    assert (tmp_path / "logs").is_dir()  # launch creates the log directory
+    pid_file = tmp_path / "logs" / "sglang_eagle3_cg_2step.log.pid"
+    assert int(pid_file.read_text()) == res["pgid"]
+    statuses = store.table("launches")["status"].to_list()
+    assert statuses[0] == "registered" and statuses[-1] == "ready"
+    # a second launch of the same name stops the first one by its group
+    res2 = launcher.launch(
+        store, recipe, sim={"speed": SPEED, "port": port, "python": sys.executable}, deadline=20
+    )
+    assert res2["status"] == "ready" and res2["pgid"] != res["pgid"]
+    assert launcher.wait_stopped(LocalHost(), res["pgid"])
+
+
+def test_stop_refuses_a_reused_pid_s16(store):
+    # a record whose start time does not match the live process: nothing is signalled
+    host = LocalHost()
+    outcome = launcher._kill_group(host, 1 << 22, 12345, 1)
+    assert outcome in ("not-running", "pid-reused")
+
+
+def test_journal_parser_accounts_for_every_line():
+    text = (
+        '{"v":1,"launch_id":"a","event":"start","step":1,"t":10.0,"deadline_s":1}\n'
+        '{"v":1,"launch_id":"a","event":"end","step":1,"t":11.5,"rc":124,"tail":"x"}\n'
+        '{"v":1,"launch_id":"a","event":"exit","t":12,"rc":137}\n'
+        '{"v":1,"launch_id":"a","event":"end","st'
+    )
+    df = parse_journal(text)
+    assert df["event"].to_list() == ["start", "end", "exit", "unparsed"]
+    end = df.row(1, named=True)
+    assert end["timed_out"] is True and end["elapsed_s"] == 1.5
+    assert df.row(2, named=True)["signal"] == 9
+
+
+def test_diagnose_journal_from_a_file(store, tmp_path):
+    res = _replay(store, _seed(tmp_path))
+    d = launcher.diagnose_journal(res["journal_path"])
+    assert d["cause"] == "cleanup-self-kill" and d["step"] == 1
+
+
+def test_cli_launch_sim_and_stop(tmp_path):
+    runner = CliRunner()
+    port = _free_port()
+    res = runner.invoke(
+        cli,
+        ["launch", "--sim", "--name", "sglang_eagle3_cg_5dt", "--port", str(port),
+         "--sim-speed", str(SPEED), "--deadline", "20", "--json", "--",
+         "--model-path", "sim://kimi-k2.5", "--speculative-algorithm", "EAGLE3"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["status"] == "ready" and data["log_path"].endswith("sglang_eagle3_cg_5dt.log")
+    res = runner.invoke(cli, ["stop", "5dt", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["outcome"] in ("terminated", "killed")
+
+
+def test_cli_replay_safe_patterns_reports_self_kill(tmp_path):
+    res = CliRunner().invoke(
+        cli, ["launch", "--shell", _seed(tmp_path), "--sim", "--safe-patterns", "--json"]
+    )
+    assert res.exit_code == 1, res.output
+    assert json.loads(res.output)["cause"] == "cleanup-self-kill"
+
+
+@pytest.mark.ssh
+def test_seed_replay_over_ssh_is_a_self_kill(ssh_config, store, tmp_path):
+    recipe = Recipe.from_shell(_seed(tmp_path), host="sshtest")
+    res = launcher.relaunch(
+        store,
+        recipe.name,
+        recipe=recipe,
+        safe_patterns=True,
+        sim={"speed": SPEED, "port": _free_port(), "python": sys.executable},
+        deadline=20,
+    )
+    assert res["host"] == "sshtest"
+    assert (res["cause"], res["step"]) == ("cleanup-self-kill", 1)
+    assert res["log_exists"] is False
