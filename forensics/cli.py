@@ -28,9 +28,28 @@ COMMAND_MODULES = (
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+class CommandError(click.ClickException):
+    """A library error on its way out: one line, the library's exit code."""
+
+    def __init__(self, exc: ForensicsError):
+        super().__init__(str(exc))
+        self.exit_code = exc.exit_code
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        click.echo(f"Error: {self.message}", err=True)
+
+
 class OrderedGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except ForensicsError as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            raise CommandError(exc) from exc
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT_SETTINGS)
@@ -92,7 +111,19 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+    finally:
+        _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _close_hosts() -> None:
+    """Close cached SSH connections (only if any host module was used)."""
+    mod = sys.modules.get("forensics.hosts")
+    if mod is not None:
+        try:
+            mod.close_all()
+        except Exception:  # noqa: BLE001 - closing must never mask the command's outcome
+            pass
 
 
 if __name__ == "__main__":

@@ -44,9 +44,14 @@ def register(cli: click.Group) -> None:
     "to read the configuration from file names.",
 )
 @click.option("--lock-timeout", type=float, default=None, help="Seconds to wait for the store lock.")
+@click.option(
+    "--trust-new-host",
+    is_flag=True,
+    help="First contact with an SSH host: record its key (a changed key is still refused).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.pass_context
-def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, as_json):
+def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_host, as_json):
     """Parse SGLang server logs into the store.
 
     INPUTS are files, folders, globs (quoted, expanded by forensics), ssh://user@host/path/*.log
@@ -72,6 +77,7 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, as_json):
         name_pattern=name_pattern,
         progress=progress,
         lock_timeout=lock_timeout,
+        trust_new_host=trust_new_host,
     )
     data = summary.as_dict()
     if as_json:

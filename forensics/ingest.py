@@ -113,7 +113,11 @@ def _has_magic(s: str) -> bool:
 
 
 def expand_inputs(
-    inputs: list[str], *, recursive: bool = False, warn: Callable[[str], None]
+    inputs: list[str],
+    *,
+    recursive: bool = False,
+    warn: Callable[[str], None],
+    trust_new_host: bool = False,
 ) -> list[tuple[Any, str]]:
     """-> [(host, path)] of files, deduplicated, in the order given."""
     from forensics.hosts import resolve_location
@@ -122,7 +126,7 @@ def expand_inputs(
     seen: set[tuple[str, str]] = set()
     missing: list[ForensicsError] = []
     for text in inputs:
-        host, path = resolve_location(text)
+        host, path = resolve_location(text, trust_new_host=trust_new_host)
         local = host.name == "local"
         if local:
             path = os.path.expanduser(path)
@@ -262,6 +266,7 @@ def ingest(
     name_pattern: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     lock_timeout: float | None = None,
+    trust_new_host: bool = False,
 ) -> IngestSummary:
     """Ingest every log the inputs name. Raises InputNotFound when none exists."""
     t0 = time.monotonic()
@@ -276,7 +281,9 @@ def ingest(
                 f"--name-pattern {name_pattern!r}: not a regular expression ({exc})",
                 hint="e.g. '(?P<num_steps>\\d+)step'",
             ) from exc
-    files = expand_inputs(inputs, recursive=recursive, warn=summary.warnings.append)
+    files = expand_inputs(
+        inputs, recursive=recursive, warn=summary.warnings.append, trust_new_host=trust_new_host
+    )
     try:
         for i, (host, path) in enumerate(files):
             if progress:

@@ -201,6 +201,72 @@ RULES: list[tuple[str, str, str | None, str]] = [
 ]
 _RULES = [(n, re.compile(p), s, k) for n, p, s, k in RULES]
 
+
+def _top_alternatives(pattern: str) -> list[str]:
+    """Split a regex on its top-level ``|`` (outside groups and classes)."""
+    out, buf, depth, cls, esc = [], [], 0, False, False
+    for ch in pattern:
+        if esc:
+            buf.append(ch)
+            esc = False
+            continue
+        if ch == "\\":
+            esc = True
+        elif cls:
+            cls = ch != "]"
+        elif ch == "[":
+            cls = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append("".join(buf))
+            buf = []
+            continue
+        buf.append(ch)
+    out.append("".join(buf))
+    return out
+
+
+def _scoped(pattern: str) -> str:
+    """A leading ``(?i)`` becomes a scoped ``(?i:...)`` so patterns can be combined."""
+    if pattern.startswith("(?i)"):
+        return "(?i:" + pattern[4:] + ")"
+    return "(?:" + pattern + ")"
+
+
+# One combined regex per line instead of one search per rule: the first alternative that
+# matches wins, which is the table's order. Rules anchored at ``^`` are tried with one
+# ``match``; the others with one ``search`` that only says whether any of them can match.
+_ANCHORED = [
+    i for i, (_, p, _, _) in enumerate(RULES)
+    if all(a.lstrip("(?i)").startswith("^") for a in _top_alternatives(p.removeprefix("(?i)")))
+]
+_FLOATING = [i for i in range(len(RULES)) if i not in _ANCHORED]
+_ANCHORED_RX = re.compile("|".join(f"(?P<r{i}>{_scoped(RULES[i][1])})" for i in _ANCHORED))
+_FLOATING_RX = re.compile("|".join(_scoped(RULES[i][1]) for i in _FLOATING))
+
+
+def match_rule(msg: str) -> tuple[str, re.Match[str], str | None, str] | None:
+    """The first rule of RULES (in table order) that matches a message, or None."""
+    first = len(RULES)
+    am = _ANCHORED_RX.match(msg)
+    if am is not None:
+        first = int(am.lastgroup[1:])
+    if _FLOATING_RX.search(msg) is not None:
+        for i in _FLOATING:
+            if i > first:
+                break
+            mm = _RULES[i][1].search(msg)
+            if mm:
+                name, _, stage, kind = _RULES[i]
+                return name, mm, stage, kind
+    if first < len(RULES):
+        name, rx, stage, kind = _RULES[first]
+        return name, rx.match(msg), stage, kind
+    return None
+
 # Traceback continuation lines (unprefixed) and the final exception line.
 TB_CONT_RX = re.compile(
     r"^(?:\s+\S|\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b)"
@@ -810,12 +876,7 @@ class LogParser:
             return
         self.runs[self.run_index]["has_content"] = True
 
-        rule = None
-        for name, rx, stage, kind in _RULES:
-            mm = rx.search(msg)
-            if mm:
-                rule = (name, mm, stage, kind)
-                break
+        rule = match_rule(msg)
         if rule is None:
             bump("unknown_prefixed" if prefixed else "unknown_bare")
             self._emit_line(lines, line_no, ts, rank, "unknown", msg)
