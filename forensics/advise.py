@@ -1,0 +1,681 @@
+"""The speculation break-even advisor: does a configuration beat the plain server, and why not.
+
+The model (docs/plots.md): a speculative server decodes in *rounds*. One round drafts, verifies,
+and yields ``accept_len`` tokens on average (bonus token included), so
+
+    tok/s = 1000 * accept_len / round_ms      =>      round_ms = 1000 * accept_len / tok/s
+
+The plain (baseline) server spends ``base_ms = 1000 / baseline_tok_s`` per token. A
+configuration beats the baseline when one round yields more tokens than the baseline makes in
+the same time:
+
+    accept_len_needed = round_ms / base_ms
+
+Round cost is a property of the configuration *family* (CUDA graphs on/off, draft tokens,
+steps, topk); accept length is mostly a property of the drafter. Each family's round cost is
+estimated from every run of it (median, with its spread); the advice says how far the
+drafter's accept length is from the one needed, and what to run next when data is missing.
+
+Data first (:func:`advise` returns a dict), rendering second (:func:`render_advice`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from forensics.errors import RunNotFound, UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from forensics.store import Store
+
+# Where a failed run died, from the furthest stage it reached (phase_reached -> label).
+DIED_IN = {
+    "none": "pre-exec",
+    "args": "startup",
+    "load": "load",
+    "capture": "capture",
+    "ready": "runtime",
+}
+FAILED_REACHED = ("none", "args", "load", "capture")
+# Classifier phases that end a launch before it serves.
+STARTUP_PHASES = ("cleanup", "pre-exec", "load", "capture")
+# Below this shortfall (relative, in accept length) a family counts as "close".
+CLOSE_GAP = 0.05
+# Meta keys that may hold the baseline (bench.py's key first).
+BASELINE_META_KEYS = ("bench.baseline", "baseline")
+
+
+# --------------------------------------------------------------------------------------
+# Runs as points: configuration label, family, tok/s, accept length, outcome
+# --------------------------------------------------------------------------------------
+def is_spec(row: dict[str, Any]) -> bool:
+    algo = row.get("spec_algorithm")
+    return bool(algo) and str(algo).lower() not in ("none", "null", "")
+
+
+def short_config(row: dict[str, Any]) -> str:
+    """'cg 5dt topk4 3step' (speculative) or 'baseline cg' (plain)."""
+    cg = row.get("cuda_graph")
+    cg_txt = "" if cg is None else ("cg" if cg else "nocg")
+    if not is_spec(row):
+        return " ".join(p for p in ("baseline", cg_txt) if p)
+    parts = [cg_txt]
+    if row.get("num_draft_tokens") is not None:
+        parts.append(f"{row['num_draft_tokens']}dt")
+    if row.get("topk") is not None:
+        parts.append(f"topk{row['topk']}")
+    if row.get("num_steps") is not None:
+        parts.append(f"{row['num_steps']}step")
+    algo = str(row.get("spec_algorithm") or "")
+    if algo.upper() not in ("EAGLE3", "EAGLE"):
+        parts.insert(0, algo.lower())
+    return " ".join(p for p in parts if p) or "spec"
+
+
+def family_of(row: dict[str, Any]) -> str:
+    """The configuration family of a speculative run: 'cg/5dt/topk4/3step'."""
+    return short_config(row).replace(" ", "/")
+
+
+def _single_stream_stats(store: Store) -> pl.DataFrame:
+    """Per run: tok/s and accept length from single-stream decode lines (all lines if none)."""
+    import polars as pl
+
+    dec = store.table("decode")
+    key = ["source_id", "run_index"]
+    schema = {
+        "source_id": pl.String,
+        "run_index": pl.Int32,
+        "ss_tok_s": pl.Float64,
+        "ss_accept": pl.Float64,
+        "ss_lines": pl.Int64,
+        "ss_round_lo": pl.Float64,
+        "ss_round_hi": pl.Float64,
+        "ss_batched": pl.Boolean,
+    }
+    if dec.is_empty() or "gen_throughput" not in dec.columns:
+        return pl.DataFrame(schema=schema)
+    dec = dec.filter(pl.col("gen_throughput").is_not_null() & (pl.col("gen_throughput") > 0))
+    if dec.is_empty():
+        return pl.DataFrame(schema=schema)
+    rr = pl.col("running_req").cast(pl.Int64, strict=False)
+    dec = dec.with_columns(
+        pl.col("gen_throughput").cast(pl.Float64),
+        pl.col("accept_len").cast(pl.Float64),
+        (rr == 1).fill_null(False).alias("_single"),
+    )
+    has_single = dec.group_by(key).agg(pl.col("_single").any().alias("_has_single"))
+    dec = dec.join(has_single, on=key).filter(pl.col("_single") | ~pl.col("_has_single"))
+    round_ms = 1000.0 * pl.col("accept_len") / pl.col("gen_throughput")
+    return dec.group_by(key).agg(
+        pl.col("gen_throughput").median().alias("ss_tok_s"),
+        pl.col("accept_len").mean().alias("ss_accept"),
+        pl.len().cast(pl.Int64).alias("ss_lines"),
+        round_ms.quantile(0.1).alias("ss_round_lo"),
+        round_ms.quantile(0.9).alias("ss_round_hi"),
+        (~pl.col("_has_single").first()).alias("ss_batched"),
+    )
+
+
+def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
+    """One row per run, in launch order, with what the plots and the advisor need.
+
+    Columns: the runs table's, plus ``order`` (1-based launch order), ``label`` (short
+    config), ``family``, ``spec``, ``failed``, ``died_in``, ``drafter`` (D1, D2, ... when
+    several draft models appear, else empty), ``tok_s_server`` (median gen throughput over
+    single-stream decode lines), ``tok_s_bench``, ``tok_s`` (bench, else server),
+    ``tok_s_source``, ``accept_len``, ``round_ms``, ``decode_n``, ``round_lo``/``round_hi``
+    (10th/90th percentile of the per-line round cost), ``batched`` (no single-stream lines).
+    """
+    import polars as pl
+
+    from forensics.runs import runs_table
+
+    try:
+        df = runs_table(store, match)
+    except (ImportError, OSError, ValueError, KeyError, RuntimeError):
+        # the classifier (an optional join) failing must not take the plots down with it
+        df = runs_table(store, match, classify=False)
+    if df.is_empty() or "run_id" not in df.columns:
+        return pl.DataFrame()
+    ss = _single_stream_stats(store)
+    df = df.with_columns(pl.col("run_index").cast(pl.Int32)).join(
+        ss, on=["source_id", "run_index"], how="left"
+    )
+    rows = df.to_dicts()
+    drafters: list[str] = []
+    for r in rows:
+        d = r.get("draft_model_path")
+        if is_spec(r) and d and d not in drafters:
+            drafters.append(d)
+    out = []
+    for i, r in enumerate(rows, 1):
+        spec = is_spec(r)
+        reached = r.get("phase_reached") or "none"
+        verdict = r.get("phase") if r.get("phase") not in (None, "", "ok") else None
+        decoded = bool(r.get("decode_lines") or 0)
+        hung = bool(r.get("hung"))
+        if decoded and verdict in STARTUP_PHASES:
+            # the log shows decoding: a verdict of death during startup is contradicted
+            verdict, hung = None, False
+        failed = (not decoded and (reached in FAILED_REACHED or verdict is not None)) or hung
+        died = None
+        if failed or verdict:
+            died = verdict or DIED_IN.get(reached, reached)
+            if hung:
+                died = f"hung in {died}"
+        server = _num(r.get("ss_tok_s")) or _num(r.get("gen_throughput_median"))
+        bench = _num(r.get("bench_tok_s"))
+        accept = _num(r.get("ss_accept")) or _num(r.get("accept_len_mean"))
+        if accept is None:
+            accept = _num(r.get("bench_accept_len"))
+        tok = bench if bench is not None else server
+        d = r.get("draft_model_path")
+        tag = f"D{drafters.index(d) + 1}" if (len(drafters) > 1 and spec and d) else ""
+        label = short_config(r)
+        out.append(
+            {
+                **{k: r.get(k) for k in df.columns if not k.startswith("ss_")},
+                "order": i,
+                "label": f"{label} {tag}".strip(),
+                "family": family_of(r) if spec else "baseline",
+                "spec": spec,
+                "failed": failed,
+                "crashed": bool(verdict) or failed,
+                "died_in": died,
+                "drafter": tag,
+                "tok_s_server": server,
+                "tok_s_bench": bench,
+                "tok_s": tok,
+                "tok_s_source": "bench" if bench is not None else ("server" if tok else None),
+                "accept_len": accept,
+                "round_ms": (1000.0 * accept / tok) if (spec and accept and tok) else None,
+                "decode_n": int(r.get("ss_lines") or r.get("decode_lines") or 0),
+                "round_lo": _num(r.get("ss_round_lo")),
+                "round_hi": _num(r.get("ss_round_hi")),
+                "batched": bool(r.get("ss_batched")),
+                "drafters": drafters,
+            }
+        )
+    out.extend(_logless_launches(store, rows, match))
+    if any(o.get("launch_id") for o in out):
+        out.sort(key=lambda o: (o.get("started_at") is None, o.get("started_at") or 0))
+        for i, o in enumerate(out, 1):
+            o["order"] = i
+    res = pl.DataFrame(
+        [{k: v for k, v in o.items() if k != "drafters"} for o in out], infer_schema_length=None
+    )
+    return res
+
+
+def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list[dict]:
+    """Failed launches (launcher's ``launches`` table) whose log never made it into the store:
+    the seed session's 2step run. They appear as failed points, configuration from the name."""
+    import json
+    from pathlib import PurePosixPath
+
+    try:
+        from forensics.launcher import launches_frame
+
+        launches = launches_frame(store)
+    except Exception:  # noqa: BLE001 - the launcher is optional here
+        return []
+    if launches.is_empty() or "status" not in launches.columns:
+        return []
+    from parsers.names import config_from_name
+
+    known = {PurePosixPath(str(r.get("path") or "")).name for r in rows}
+    known |= {str(r.get("name")) for r in rows}
+    out = []
+    for la in launches.iter_rows(named=True):
+        if la.get("status") not in ("failed", "timeout", "killed", "terminated"):
+            continue
+        log = str(la.get("log_path") or "")
+        name = str(la.get("name") or PurePosixPath(log).stem or la.get("launch_id"))
+        if PurePosixPath(log).name in known or name in known:
+            continue
+        if match and match.lower() not in name.lower() and match != la.get("launch_id"):
+            continue
+        cfg = config_from_name(log or name)
+        cfg.setdefault("spec_algorithm", None)
+        try:
+            diag = json.loads(la.get("diagnosis") or "null")
+        except ValueError:
+            diag = None
+        phase = (diag or {}).get("phase") if isinstance(diag, dict) else None
+        row = {
+            **cfg,
+            "run_id": f"launch:{la.get('launch_id')}",
+            "name": name,
+            "path": log or None,
+            "host": la.get("host"),
+            "started_at": la.get("started_at"),
+            "phase_reached": "none",
+            "decode_lines": 0,
+            "error": la.get("cause"),
+        }
+        spec = is_spec(row)
+        out.append(
+            {
+                **row,
+                "launch_id": la.get("launch_id"),
+                "launch_diagnosis": json.dumps(diag) if isinstance(diag, dict) else None,
+                "order": 0,
+                "label": short_config(row),
+                "family": family_of(row) if spec else "baseline",
+                "spec": spec,
+                "failed": True,
+                "crashed": True,
+                "died_in": phase or (f"{la['cause']}" if la.get("cause") else "pre-exec (no log)"),
+                "drafter": "",
+                "tok_s_server": None,
+                "tok_s_bench": None,
+                "tok_s": None,
+                "tok_s_source": None,
+                "accept_len": None,
+                "round_ms": None,
+                "decode_n": 0,
+                "round_lo": None,
+                "round_hi": None,
+                "batched": False,
+            }
+        )
+    return out
+
+
+def drafter_legend(store: Store, match: str | None = None) -> dict[str, str]:
+    """{'D1': '/data/eagle3/output_10k_sglang/4', ...} when several draft models appear."""
+    pts = run_points(store, match)
+    if pts.is_empty():
+        return {}
+    legend: dict[str, str] = {}
+    for r in pts.iter_rows(named=True):
+        if r["drafter"] and r["drafter"] not in legend:
+            legend[r["drafter"]] = str(r.get("draft_model_path"))
+    return legend
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+# --------------------------------------------------------------------------------------
+# The baseline
+# --------------------------------------------------------------------------------------
+@dataclass
+class Baseline:
+    tok_s: float
+    source: str  # "option", "meta", "run"
+    name: str | None = None
+    runs: int = 0
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 / self.tok_s
+
+    def describe(self) -> str:
+        where = {"option": "--baseline", "meta": "the stored baseline", "run": "best plain run"}
+        txt = f"{self.tok_s:.1f} tok/s"
+        if self.name:
+            txt += f" ({self.name})"
+        return f"{txt} from {where.get(self.source, self.source)}"
+
+
+def _parse_tok_s(value: str) -> float | None:
+    text = value.strip().lower().removesuffix("tok/s").strip()
+    try:
+        f = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(f) or f <= 0:
+        raise UsageError(f"--baseline {value}: tok/s must be a positive number")
+    return f
+
+
+def resolve_baseline(
+    store: Store, baseline: str | float | None = None, points: pl.DataFrame | None = None
+) -> Baseline | None:
+    """--baseline (a tok/s figure or a run), else the stored baseline, else the best plain run."""
+    import polars as pl
+
+    if points is None:
+        points = run_points(store)
+    if baseline is not None and str(baseline).strip():
+        tok = _parse_tok_s(str(baseline))
+        if tok is not None:
+            return Baseline(tok, "option")
+        return _baseline_from_run(store, str(baseline), "option")
+    for key in BASELINE_META_KEYS:
+        value = store.get_meta(key)
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            tok = _num(value.get("tok_s"))
+            if tok:
+                return Baseline(tok, "meta", value.get("name") or value.get("run_id"))
+            ref = value.get("run_id") or value.get("name")
+            if ref:
+                return _baseline_from_run(store, str(ref), "meta")
+        elif isinstance(value, int | float) and value > 0:
+            return Baseline(float(value), "meta")
+        elif isinstance(value, str):
+            tok = _parse_tok_s(value)
+            return Baseline(tok, "meta") if tok else _baseline_from_run(store, value, "meta")
+    if points.is_empty():
+        return None
+    plain = points.filter(~pl.col("spec") & pl.col("tok_s").is_not_null())
+    if plain.is_empty():
+        return None
+    best = plain.sort("tok_s", descending=True).row(0, named=True)
+    return Baseline(float(best["tok_s"]), "run", best["name"], runs=len(plain))
+
+
+def _baseline_from_run(store: Store, ref: str, source: str) -> Baseline:
+    import polars as pl
+
+    pts = run_points(store)
+    if pts.is_empty():
+        raise RunNotFound(f"--baseline {ref}: no runs in the store", hint="forensics ingest LOGS")
+    hit = pts.filter((pl.col("name") == ref) | (pl.col("run_id") == ref))
+    if hit.is_empty():
+        hit = pts.filter(pl.col("name").str.contains(ref, literal=True))
+    if hit.is_empty():
+        names = ", ".join(pts["name"].head(10).to_list())
+        raise RunNotFound(
+            f"--baseline {ref}: no run matches (runs: {names})",
+            hint="--baseline NAME or --baseline TOK_S (e.g. --baseline 90)",
+        )
+    row = hit.sort("order", descending=True).row(0, named=True)
+    if row["tok_s"] is None:
+        raise RunNotFound(
+            f"--baseline {row['name']}: this run has no tok/s (no decode lines, no benchmark)",
+            hint="benchmark it (forensics bench) or pass --baseline TOK_S",
+        )
+    return Baseline(float(row["tok_s"]), source, row["name"], runs=1)
+
+
+# --------------------------------------------------------------------------------------
+# Families and the verdict
+# --------------------------------------------------------------------------------------
+@dataclass
+class FamilyEstimate:
+    family: str
+    cuda_graph: bool | None
+    num_draft_tokens: int | None
+    num_steps: int | None
+    topk: int | None
+    runs: list[str]
+    n_runs: int
+    decode_lines: int
+    round_ms: float  # median over runs
+    round_lo: float  # spread: min..max over runs, or p10..p90 over lines for one run
+    round_hi: float
+    spread_source: str  # "runs" or "lines"
+    tok_s_best: float
+    accept_len: float  # the current drafter's mean accept length in this family
+    drafter: str | None
+    accept_needed: float | None = None
+    gap: float | None = None  # accept_len / accept_needed - 1 (negative: short)
+    round_needed_ms: float | None = None  # round cost at which the drafter would break even
+    beats: bool | None = None
+    confidence: str = "low"
+    text: str = ""
+
+
+def estimate_families(points: pl.DataFrame, baseline: Baseline | None) -> list[FamilyEstimate]:
+    import polars as pl
+
+    if points.is_empty():
+        return []
+    usable = points.filter(pl.col("spec") & pl.col("round_ms").is_not_null())
+    fams: list[FamilyEstimate] = []
+    for fam in usable["family"].unique(maintain_order=True).to_list():
+        sub = usable.filter(pl.col("family") == fam).sort("order")
+        rows = sub.to_dicts()
+        last = rows[-1]
+        drafter = last.get("draft_model_path")
+        same = [r for r in rows if r.get("draft_model_path") == drafter] or rows
+        rounds = [float(r["round_ms"]) for r in rows]
+        if len(rounds) >= 2:
+            lo, hi, src = min(rounds), max(rounds), "runs"
+        else:
+            lo = rows[0]["round_lo"] if rows[0]["round_lo"] is not None else rounds[0]
+            hi = rows[0]["round_hi"] if rows[0]["round_hi"] is not None else rounds[0]
+            src = "lines"
+        est = FamilyEstimate(
+            family=fam,
+            cuda_graph=last.get("cuda_graph"),
+            num_draft_tokens=last.get("num_draft_tokens"),
+            num_steps=last.get("num_steps"),
+            topk=last.get("topk"),
+            runs=[r["name"] for r in rows],
+            n_runs=len(rows),
+            decode_lines=sum(int(r["decode_n"] or 0) for r in rows),
+            round_ms=statistics.median(rounds),
+            round_lo=float(min(lo, hi)),
+            round_hi=float(max(lo, hi)),
+            spread_source=src,
+            tok_s_best=max(float(r["tok_s"]) for r in rows),
+            accept_len=statistics.fmean(float(r["accept_len"]) for r in same),
+            drafter=drafter,
+        )
+        rel_spread = (est.round_hi - est.round_lo) / est.round_ms if est.round_ms else 1.0
+        if est.n_runs >= 3 and rel_spread <= 0.05:
+            est.confidence = "good"
+        elif est.n_runs >= 2 and rel_spread <= 0.10:
+            est.confidence = "fair"
+        else:
+            est.confidence = "low"
+        if baseline is not None:
+            est.accept_needed = est.round_ms / baseline.ms_per_token
+            est.gap = est.accept_len / est.accept_needed - 1.0
+            est.round_needed_ms = est.accept_len * baseline.ms_per_token
+            est.beats = est.gap >= 0
+        est.text = family_sentence(est, baseline)
+        fams.append(est)
+    return fams
+
+
+def family_sentence(f: FamilyEstimate, baseline: Baseline | None) -> str:
+    """'cg/5dt/topk4/3step: a round costs 28.9 ms, so beating 90 tok/s needs ...'."""
+    spread = f"{f.round_lo:.1f}–{f.round_hi:.1f} ms"
+    backing = (
+        f"{f.n_runs} run{'s' if f.n_runs != 1 else ''}, {spread} across "
+        f"{'runs' if f.spread_source == 'runs' else f'{f.decode_lines} decode lines'}"
+    )
+    if baseline is None or f.accept_needed is None or f.gap is None:
+        return (
+            f"{f.family}: a round costs {f.round_ms:.1f} ms ({backing}); accept len "
+            f"{f.accept_len:.2f}. No baseline to compare with."
+        )
+    head = (
+        f"{f.family}: a round costs {f.round_ms:.1f} ms ({backing}), so beating "
+        f"{baseline.tok_s:.1f} tok/s needs accept len ≥ {f.accept_needed:.2f}; "
+        f"your drafter gives {f.accept_len:.2f} ({_pct(f.gap)})."
+    )
+    if f.beats:
+        return head + (
+            f" Speculation wins here: {f.tok_s_best:.1f} tok/s vs {baseline.tok_s:.1f}; a round "
+            f"may cost up to {f.round_needed_ms:.1f} ms before it stops paying."
+        )
+    if f.cuda_graph is False:
+        return head + (
+            " CUDA graphs are off: turning them on is the first cut in round cost (it must reach "
+            f"{f.round_needed_ms:.1f} ms)."
+        )
+    return head + (
+        " Tuning has reached its limit here: improve the drafter (more training data) or cut "
+        f"round cost to {f.round_needed_ms:.1f} ms."
+    )
+
+
+def _pct(x: float) -> str:
+    sign = "+" if x >= 0 else "−"
+    return f"{sign}{abs(x) * 100:.1f} %"
+
+
+def advise(store: Store, match: str | None = None, baseline: str | float | None = None) -> dict:
+    """The advisor's data: baseline, per-family estimates, verdict, what to run next."""
+    import polars as pl
+
+    points = run_points(store, match)
+    if points.is_empty():
+        raise RunNotFound(
+            f"{match}: no run matches" if match else f"no runs in the store {store.root}",
+            hint="forensics runs" if match else "forensics ingest /path/to/*.log",
+        )
+    all_points = run_points(store) if match else points
+    base = resolve_baseline(store, baseline, all_points)
+    fams = estimate_families(points, base)
+    spec = points.filter(pl.col("spec"))
+    failed = points.filter(pl.col("failed"))
+    next_steps: list[str] = []
+    if base is None:
+        next_steps.append(
+            "Run the baseline (the same model without speculative decoding) and benchmark it, "
+            "or pass --baseline TOK_S (e.g. --baseline 90)."
+        )
+    if spec.is_empty():
+        next_steps.append("Run a speculative configuration (e.g. EAGLE-3 with CUDA graphs on).")
+    elif not fams:
+        next_steps.append(
+            "No speculative run has both tok/s and accept length yet: benchmark a running "
+            "speculative server (forensics bench) or ingest its log with Decode batch lines."
+        )
+    for f in fams:
+        if f.n_runs == 1:
+            next_steps.append(
+                f"Repeat {f.runs[0]} ({f.family}): one run backs this estimate, a second one "
+                "shows whether the figure holds."
+            )
+        elif f.confidence == "low":
+            next_steps.append(
+                f"{f.family}: runs disagree ({f.round_lo:.1f}–{f.round_hi:.1f} ms per round); "
+                "repeat it on a quiet host."
+            )
+    if fams and not any(f.cuda_graph for f in fams):
+        next_steps.append(
+            "Every speculative run had CUDA graphs off: turn them on first (they cut round cost)."
+        )
+    if not failed.is_empty():
+        names = ", ".join(failed["name"].to_list()[:5])
+        next_steps.append(f"Diagnose the failed run(s): forensics diagnose {names.split(', ')[0]}")
+    verdict = _verdict(fams, base)
+    return {
+        "baseline": (
+            {**asdict(base), "ms_per_token": base.ms_per_token, "text": base.describe()}
+            if base
+            else None
+        ),
+        "families": [asdict(f) for f in fams],
+        "verdict": verdict,
+        "next_steps": next_steps,
+        "runs": len(points),
+        "runs_speculative": len(spec),
+        "runs_failed": len(failed),
+    }
+
+
+# Verdict rules as data: (name, predicate(ctx), sentence(ctx)); the first match wins.
+def _verdict_rules() -> list[tuple[str, Any, Any]]:
+    return [
+        (
+            "no_baseline",
+            lambda c: c["base"] is None,
+            lambda c: (
+                "No baseline yet: the break-even cannot be computed. Run the plain server "
+                "first (or pass --baseline TOK_S)."
+            ),
+        ),
+        (
+            "no_data",
+            lambda c: not c["fams"],
+            lambda c: "No speculative run with both tok/s and accept length: nothing to judge yet.",
+        ),
+        (
+            "speculation_wins",
+            lambda c: c["best"].beats,
+            lambda c: (
+                f"Speculation wins: {c['best'].family} gives {c['best'].tok_s_best:.1f} "
+                f"tok/s vs the baseline's {c['base'].tok_s:.1f} "
+                f"({_pct(c['best'].tok_s_best / c['base'].tok_s - 1)}). Keep it; further tuning is "
+                "optional."
+            ),
+        ),
+        (
+            "tuning_close",
+            lambda c: c["cheap"].gap is not None and c["cheap"].gap > -CLOSE_GAP,
+            lambda c: (
+                f"Close: {c['cheap'].family} is {_pct(c['cheap'].gap)} short in accept "
+                f"length. Tuning is still worth it: cut round cost below "
+                f"{c['cheap'].round_needed_ms:.1f} ms (fewer draft tokens or steps), and repeat "
+                "the best run to confirm the figure."
+            ),
+        ),
+        (
+            "nocg_only",
+            lambda c: not any(f.cuda_graph for f in c["fams"]),
+            lambda c: (
+                "Tuning is still worth it: no run had CUDA graphs on, and they cut round cost most."
+            ),
+        ),
+        (
+            "drafter_limit",
+            lambda c: True,
+            lambda c: (
+                "Tuning has reached its limit: even the configuration closest to winning "
+                f"({c['cheap'].family}, {c['cheap'].round_ms:.1f} ms a round) needs accept len ≥ "
+                f"{c['cheap'].accept_needed:.2f} and the drafter gives {c['cheap'].accept_len:.2f} "
+                f"({_pct(c['cheap'].gap)}). The drafter needs more training data (accept len "
+                f"+{(-c['cheap'].gap / (1 + c['cheap'].gap)) * 100:.1f} % at this round cost), or "
+                f"a round must cost ≤ {c['cheap'].round_needed_ms:.1f} ms."
+            ),
+        ),
+    ]
+
+
+def _verdict(fams: list[FamilyEstimate], base: Baseline | None) -> dict:
+    ctx: dict[str, Any] = {"fams": fams, "base": base, "best": None, "cheap": None}
+    if fams:
+        ctx["best"] = max(fams, key=lambda f: f.tok_s_best)
+        # "cheapest" relative to what the drafter gives there: the family closest to winning
+        ctx["cheap"] = max(fams, key=lambda f: f.gap if f.gap is not None else -math.inf)
+    for name, pred, sentence in _verdict_rules():
+        if pred(ctx):
+            return {
+                "rule": name,
+                "text": sentence(ctx),
+                "best_family": ctx["best"].family if ctx["best"] else None,
+                "closest_family": ctx["cheap"].family if ctx["cheap"] else None,
+            }
+    return {"rule": "none", "text": ""}
+
+
+def render_advice(data: dict) -> str:
+    """The advice as plain text for a terminal."""
+    lines = []
+    base = data.get("baseline")
+    if base:
+        lines.append(f"Baseline: {base['text']} = {base['ms_per_token']:.2f} ms per token.")
+    else:
+        lines.append("Baseline: none.")
+    for f in data["families"]:
+        lines.append(f"- {f['text']} [confidence: {f['confidence']}]")
+    lines.append("")
+    lines.append(f"Verdict: {data['verdict']['text']}")
+    if data["next_steps"]:
+        lines.append("")
+        lines.append("Next:")
+        lines.extend(f"- {s}" for s in data["next_steps"])
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""`forensics plot`, `forensics report`, `forensics advise`."""
+
+from __future__ import annotations
+
+import click
+
+from forensics.cli_common import echo_json, get_store
+
+BASELINE_HELP = (
+    "The baseline: a tok/s figure (90) or a run name/id. "
+    "Default: the stored baseline (forensics baseline), else the best plain run."
+)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(plot_cmd)
+    cli.add_command(report_cmd)
+    cli.add_command(advise_cmd)
+
+
+@click.command("plot")
+@click.argument("kind", type=click.Choice(["trend", "accept", "startup", "decode"]))
+@click.argument("match", required=False)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Image file, .png or .svg (default: ./forensics-KIND.png).",
+)
+@click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print {kind, path, runs} as JSON.")
+@click.pass_context
+def plot_cmd(ctx, kind, match, out, baseline, as_json):
+    """Draw a plot of the runs (MATCH: a run name fragment; for `decode`, the run).
+
+    \b
+    trend    tok/s of every run in launch order vs the baseline; failed runs at the bottom
+    accept   accept length vs tok/s, with the break-even against the baseline
+    startup  startup stages per run (load, KV pool, capture, warmup); where failed runs died
+    decode   gen throughput, accept length and batch size over time for one run
+    """
+    from forensics.plots import make_plot
+
+    store = get_store(ctx, create=False)
+    fig, path = make_plot(store, kind, match, out=out, baseline=baseline)
+    if as_json:
+        echo_json({"kind": kind, "path": str(path), "match": match})
+    else:
+        click.echo(str(path))
+
+
+@click.command("report")
+@click.argument("match", required=False)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="report.html",
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print {path, runs, failed} as JSON.")
+@click.pass_context
+def report_cmd(ctx, match, out, baseline, as_json):
+    """Write one self-contained HTML page: verdict, plots, runs table, failed-run diagnoses.
+
+    The page needs no network and no JavaScript; open it in any browser or attach it.
+    """
+    from forensics.report import write_report
+
+    store = get_store(ctx, create=False)
+    path = write_report(store, out, match, baseline=baseline)
+    if as_json:
+        echo_json({"path": str(path), "match": match, "bytes": path.stat().st_size})
+    else:
+        click.echo(str(path))
+
+
+@click.command("advise")
+@click.argument("match", required=False)
+@click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the estimates and verdict as JSON.")
+@click.pass_context
+def advise_cmd(ctx, match, baseline, as_json):
+    """Is speculation worth it? Round cost per configuration and the accept length it needs.
+
+    From runs with tok/s and accept length: round_ms = 1000 x accept_len / tok_s per
+    configuration family; beating the baseline needs accept_len >= round_ms / baseline ms per
+    token. Says how far the drafter is from that, and what to run next.
+    """
+    from forensics.advise import advise, render_advice
+
+    store = get_store(ctx, create=False)
+    data = advise(store, match, baseline)
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(render_advice(data))
