@@ -1,0 +1,269 @@
+"""`forensics bench` (the built-in benchmark) and `forensics baseline`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from forensics.cli_common import echo_json, fmt_cell, get_store
+from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, PartialFailure
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(bench_cmd)
+    cli.add_command(baseline_cmd)
+
+
+def _progress_line(p: Any) -> str:
+    total = f"/{p.total}" if p.total else ""
+    tok = f"{p.tok_s:.1f} tok/s" if p.tok_s else "— tok/s"
+    if p.phase == "warmup":
+        return "warming up…"
+    return (
+        f"{p.done}{total} done · {p.failed} failed · {p.in_flight} in flight · "
+        f"{tok} · {p.elapsed_s:.0f}s"
+    )
+
+
+@click.command("bench")
+@click.argument("target")
+@click.option(
+    "--run", "run_name", help="Attach the result to this run (default: the run on that port)."
+)
+@click.option(
+    "--port", type=int, help="Port when TARGET is a host (default: the run's, else 30000)."
+)
+@click.option(
+    "--api",
+    type=click.Choice(["native", "openai", "openai-completions"]),
+    default="native",
+    show_default=True,
+    help="native = /generate; openai = /v1/chat/completions; openai-completions = /v1/completions.",
+)
+@click.option("--concurrency", type=int, default=1, show_default=True, help="Requests in flight.")
+@click.option("--num-prompts", type=int, help="Measured requests (default 10, or 4 x concurrency).")
+@click.option("--rate", type=float, help="Poisson arrivals at R requests/s (with --duration).")
+@click.option("--duration", type=float, help="Seconds of arrivals in --rate mode.")
+@click.option(
+    "--warmup", type=int, default=1, show_default=True, help="Unmeasured warmup requests."
+)
+@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--dataset", help='Prompts: JSONL with "prompt"/"text", or ShareGPT JSON.')
+@click.option("--random-input-len", type=int, help="Random prompts of about N tokens.")
+@click.option("--model", help="OpenAI `model` (default: the first of /v1/models).")
+@click.option("--no-flush", is_flag=True, help="Do not POST /flush_cache before measuring.")
+@click.option("--connect-timeout", type=float, default=10.0, show_default=True)
+@click.option("--ttft-timeout", type=float, default=300.0, show_default=True)
+@click.option("--idle-timeout", type=float, default=60.0, show_default=True)
+@click.option("--request-timeout", type=float, default=900.0, show_default=True)
+@click.option("--deadline", type=float, default=3600.0, show_default=True, help="Whole benchmark.")
+@click.option(
+    "--max-failure-rate",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Exit 4 above this fraction of failed requests.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-store", is_flag=True, help="Do not store the result.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int | None, **kw: Any):
+    """Benchmark an SGLang server: single stream (default), --concurrency N, or --rate R.
+
+    TARGET is a URL (http://127.0.0.1:30000), HOST[:PORT], or a host name from the config.
+    Tokens are the server's counts (meta_info / usage), never stream chunks; accept length
+    comes from each request's final chunk and from /server_info after a /flush_cache.
+
+    Exit codes: 0 ok; 4 failures above --max-failure-rate or the server died; 6 --deadline
+    passed; 130 interrupted (partial results are stored, marked interrupted).
+    """
+    from forensics import bench
+
+    as_json = kw.pop("as_json")
+    no_store = kw.pop("no_store")
+    kw["flush_cache"] = not kw.pop("no_flush")
+    store = None if no_store else get_store(ctx)
+    run_id = run_label = None
+    if run_name:
+        if store is None:
+            store = get_store(ctx)
+        run_id, run_label = bench.resolve_run(store, run_name)
+        if port is None and "://" not in target:
+            port = bench.run_port(store, run_id)
+    url = bench.resolve_target(target, port)
+    cfg = bench.BenchConfig(url=url, **kw)
+    cfg.validate()
+    rep = _run_with_progress(bench, cfg, quiet=as_json)
+    if store is not None:
+        if run_id is None:
+            found = bench.find_run_for_url(store, url)
+            if found:
+                run_id, run_label = found
+        rep.run_id, rep.run_name = run_id, run_label
+        bench.save_bench(store, rep)
+        baseline = bench.get_baseline(store)
+    else:
+        baseline = None
+    if as_json:
+        out = rep.as_dict()
+        out["stored"] = store is not None
+        out["baseline"] = baseline
+        out["vs_baseline"] = (
+            rep.summary["output_tok_s"] / baseline["tok_s"]
+            if baseline and rep.summary["output_tok_s"]
+            else None
+        )
+        echo_json(out)
+    else:
+        _render(bench, rep, baseline, stored=store is not None)
+    _exit_for(ctx, bench, rep, cfg, stored=store is not None)
+
+
+def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool) -> Any:
+    if quiet or not sys.stderr.isatty():
+        return bench.run_bench(cfg, handle_signals=True)
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    console = Console(stderr=True)
+    with Live(Text("starting…"), console=console, transient=True, refresh_per_second=4) as live:
+
+        def cb(p: Any) -> None:
+            live.update(Text(f"bench {cfg.url}  " + _progress_line(p)))
+
+        return bench.run_bench(cfg, progress=cb, handle_signals=True)
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v * 1000:.1f}"
+
+
+def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = rep.summary
+    console = Console()
+    head = bench.baseline_text(s["output_tok_s"], baseline)
+    where = f" · run {rep.run_name}" if rep.run_name else ""
+    mode = rep.config.mode + (
+        f" x{rep.config.concurrency}" if rep.config.mode == "concurrency" else ""
+    )
+    if rep.config.mode == "rate":
+        mode += f" {rep.config.rate:g} req/s"
+    console.print(f"[bold]{head}[/bold]  ({rep.config.url}, {rep.config.api}, {mode}{where})")
+    t = Table(show_header=True, header_style="bold")
+    for col in ("figure", "mean", "p50", "p90", "p99"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for key, label in (
+        ("ttft_s", "TTFT (ms)"),
+        ("itl_s", "inter-token latency (ms)"),
+        ("tpot_s", "TPOT (ms)"),
+        ("e2e_s", "end-to-end latency (ms)"),
+    ):
+        t.add_row(label, *(_ms(s[f"{key}_{st}"]) for st in ("mean", "p50", "p90", "p99")))
+    console.print(t)
+    rows = [
+        ("requests", f"{s['completed']} completed, {s['failed']} failed"),
+        (
+            "per-request tok/s",
+            f"median {fmt_cell(s['req_tok_s_median'])} "
+            f"(p10 {fmt_cell(s['req_tok_s_p10'])}, p90 {fmt_cell(s['req_tok_s_p90'])})",
+        ),
+        ("decode tok/s (1/TPOT)", fmt_cell(s["decode_tok_s_median"])),
+        ("output tokens", f"{s['output_tokens']} in {rep.duration_s:.2f}s"),
+        ("accept length (requests)", fmt_cell(s["accept_len_client"])),
+        (
+            "accept length (server)",
+            fmt_cell(rep.accept_len_server)
+            + (f" ({rep.accept_len_server_scope})" if rep.accept_len_server_scope else ""),
+        ),
+        ("flush_cache", rep.flush),
+    ]
+    if s["tokens_estimated"]:
+        rows.append(
+            (
+                "tokens estimated",
+                f"{s['tokens_estimated']} requests had no usage: counted from chunks "
+                "(a lower bound)",
+            )
+        )
+    for reason, count, detail in bench.iter_failures(rep):
+        rows.append((f"failed: {reason}", f"{count} — {detail}"))
+    for status, bodies in s["failures"]["bodies"].items():
+        if bodies:
+            rows.append((f"HTTP {status} body", bodies[0][:200].replace("\n", " ")))
+    if rep.server_dead:
+        rows.append(("server died", rep.death or ""))
+    if rep.interrupted:
+        rows.append(("interrupted", "yes: partial results"))
+    rows.append(("bench id", rep.bench_id + ("" if stored else " (not stored)")))
+    for label, value in rows:
+        console.print(f"  {label:<26} {value}")
+
+
+def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: bool) -> None:
+    if rep.interrupted:
+        saved = f"stored as {rep.bench_id}" if stored else "not stored (--no-store)"
+        click.echo(
+            f"Interrupted: {rep.summary['completed']} requests measured; partial results {saved}.",
+            err=True,
+        )
+        ctx.exit(EXIT_INTERRUPTED)
+    if rep.deadline_hit:
+        raise DeadlineExceeded(
+            f"{cfg.url}: the benchmark passed --deadline {cfg.deadline:g}s; partial results kept",
+            hint="raise --deadline or lower --num-prompts",
+        )
+    if rep.server_dead:
+        raise PartialFailure(
+            f"{cfg.url}: the server stopped answering mid-benchmark: {rep.death}; "
+            f"{rep.summary['completed']} requests measured and kept",
+            hint="forensics diagnose <run> to see why it died",
+        )
+    if rep.failure_rate > cfg.max_failure_rate:
+        reasons = ", ".join(f"{r} {c}" for r, c, _ in bench.iter_failures(rep))
+        raise PartialFailure(
+            f"{cfg.url}: {rep.summary['failed']} of "
+            f"{rep.summary['failed'] + rep.summary['completed']} requests failed ({reasons})",
+            hint="see the failures above; --max-failure-rate sets the threshold",
+        )
+
+
+@click.command("baseline")
+@click.argument("run", required=False)
+@click.option("--tok-s", type=float, help="A baseline figure instead of a run.")
+@click.option("--clear", is_flag=True, help="Forget the baseline.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def baseline_cmd(
+    ctx: click.Context, run: str | None, tok_s: float | None, clear: bool, as_json: bool
+) -> None:
+    """Mark the baseline that benchmarks are compared with ("82.3 tok/s, 0.91x baseline").
+
+    RUN takes the tok/s of that run's latest benchmark; --tok-s X sets a figure. Without
+    arguments, show the current baseline.
+    """
+    from forensics import bench
+
+    store = get_store(ctx)
+    if clear:
+        store.set_meta(bench.BASELINE_KEY, None)
+        value = None
+    elif run is None and tok_s is None:
+        value = bench.get_baseline(store)
+    else:
+        value = bench.set_baseline(store, run=run, tok_s=tok_s)
+    if as_json:
+        echo_json(value)
+    elif value is None:
+        click.echo("No baseline set (forensics baseline RUN, or --tok-s X).")
+    else:
+        who = f"run {value['name']}" if value.get("name") else "a fixed figure"
+        click.echo(f"Baseline: {value['tok_s']:.1f} tok/s ({who}).")

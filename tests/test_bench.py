@@ -1,0 +1,425 @@
+"""forensics bench against the fault server (bad-inputs.md §2.3, H01-H10) and its pure parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forensics import bench
+from forensics.bench import BenchConfig, SSEParser, run_bench
+from forensics.cli import cli
+from forensics.errors import ForensicsError, ParseError, UsageError
+from forensics.store import Store
+from tests.plugins.faultserver import (
+    CHUNKS,
+    H04_VARIANTS,
+    OK_TOKENS,
+    TOKENS_PER_CHUNK,
+    chat_events,
+    free_port,
+    native_events,
+    variant_bytes,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cfg(url: str, **kw) -> BenchConfig:
+    kw.setdefault("num_prompts", 3)
+    kw.setdefault("warmup", 0)
+    return BenchConfig(url=url, **kw)
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def invoke(*args: str) -> Result:
+    """The CLI in-process, with forensics.cli.main's error contract (Error: line + exit code)."""
+    res = CliRunner().invoke(cli, list(args))
+    exc = res.exception
+    if isinstance(exc, ForensicsError):
+        return Result(exc.exit_code, res.stdout, res.stderr + f"Error: {exc}\n")
+    if exc is not None and not isinstance(exc, SystemExit):
+        raise exc
+    return Result(res.exit_code, res.stdout, res.stderr)
+
+
+# --------------------------------------------------------------------------------------
+# The SSE parser (H04) on its own
+# --------------------------------------------------------------------------------------
+def _events(writes: list[bytes]) -> list[str]:
+    p = SSEParser()
+    out = [e.data for w in writes for e in p.feed(w)]
+    return out + [e.data for e in p.close()]
+
+
+@pytest.mark.parametrize("variant", H04_VARIANTS)
+def test_h04_sse_variants_give_the_same_events(variant):
+    events = native_events()
+    got = _events(variant_bytes(variant, events))
+    assert got[-1] == "[DONE]"
+    # multi-line data is joined with "\n", which JSON reads as whitespace
+    assert [json.loads(d) for d in got[:-1]] == events
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+    variant=st.sampled_from(H04_VARIANTS),
+)
+def test_h04_any_split_of_the_stream_gives_the_same_events(cuts, variant):
+    """A JSON object (or a CRLF, or the BOM) split across TCP reads changes nothing."""
+    raw = b"".join(variant_bytes(variant, chat_events()))
+    points = sorted({c % (len(raw) + 1) for c in cuts})
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)])]
+    assert _events(pieces) == _events([raw])
+
+
+def test_sse_comment_only_and_empty_data_dispatch_nothing():
+    assert _events([b": ping\n\n: again\r\n\r\n"]) == []
+
+
+def test_sse_invalid_utf8_is_an_error():
+    p = SSEParser()
+    with pytest.raises(bench.SSEError):
+        p.feed(b"data: \xff\xfe\n\n")
+
+
+# --------------------------------------------------------------------------------------
+# Requests against the fault server
+# --------------------------------------------------------------------------------------
+def test_tokens_come_from_completion_tokens_not_chunks(faultserver):
+    url = faultserver.fresh("ok")
+    rep = run_bench(cfg(url))
+    s = rep.summary
+    assert s["completed"] == 3 and s["failed"] == 0
+    assert s["output_tokens"] == 3 * OK_TOKENS  # 4 chunks of 2 tokens each
+    assert all(r.chunks == CHUNKS + 1 for r in rep.results)  # + [DONE]
+    assert s["accept_len_client"] == pytest.approx(OK_TOKENS / CHUNKS)  # tokens / spec_verify_ct
+    assert rep.accept_len_server == 2.5 and rep.accept_len_server_scope == "window"
+    assert rep.flush == "ok"
+    # the first chunk carried 2 tokens at TTFT; each later gap is spread over its 2 tokens
+    assert all(len(r.itls) == OK_TOKENS - TOKENS_PER_CHUNK for r in rep.results)
+
+
+def test_native_payload_and_flush_before_measuring(faultserver):
+    url = faultserver.fresh("ok")
+    tag = url.rsplit("/", 1)[1]
+    n0 = len(faultserver.bodies)
+    run_bench(cfg(url, warmup=2, max_new_tokens=17, temperature=0.5, ignore_eos=False))
+    bodies = faultserver.bodies[n0:]
+    assert len(bodies) == 5  # 2 warmup + 3 measured
+    sp = bodies[-1]["sampling_params"]
+    assert sp == {"max_new_tokens": 17, "temperature": 0.5, "ignore_eos": False}
+    assert bodies[-1]["stream"] is True and isinstance(bodies[-1]["text"], str)
+    assert faultserver.counts[tag] == 5
+
+
+def test_openai_and_native_agree_on_tokens(faultserver):
+    native = run_bench(cfg(faultserver.fresh("ok")))
+    chat = run_bench(cfg(faultserver.fresh("ok"), api="openai"))
+    comp = run_bench(cfg(faultserver.fresh("ok"), api="openai-completions"))
+    assert native.summary["output_tokens"] == chat.summary["output_tokens"] == OK_TOKENS * 3
+    assert comp.summary["completed"] == 3
+    body = faultserver.bodies[-1]
+    assert body["stream_options"] == {"include_usage": True} and body["model"] == "fault-model"
+
+
+def test_h01_http_errors_counted_per_status_with_bodies(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("h01_mixed"), num_prompts=6))
+    s = rep.summary
+    assert (s["completed"], s["failed"]) == (3, 3)
+    assert s["failures"]["reasons"] == {"http_error": 3}
+    assert s["failures"]["http_status"] == {"429": 3}
+    bodies = s["failures"]["bodies"]["429"]
+    assert len(bodies) == 3 and bodies[0].startswith("boom #")
+
+
+def test_h02_connection_refused_ends_the_run_and_reports_death():
+    url = f"http://127.0.0.1:{free_port()}"
+    rep = run_bench(cfg(url, num_prompts=50, dead_after=3))
+    assert rep.server_dead
+    assert "connection refused" in rep.death
+    assert rep.summary["completed"] == 0
+    assert 3 <= rep.summary["failed"] < 50
+    assert set(rep.summary["failures"]["reasons"]) == {"conn_error"}
+
+
+def test_h02_server_dies_mid_run_partial_results_stored(faultserver_factory, tmp_path):
+    srv = faultserver_factory(die_after=4)
+    store = tmp_path / "store"
+    res = invoke("--store", str(store), "bench", srv.url("ok"), "--num-prompts", "40", "--json")
+    assert res.exit_code == 4, res.output
+    out = json.loads(res.stdout)
+    assert out["server_dead"] is True and out["completed"] == 3  # 1 warmup + 3 measured
+    assert "stopped answering" in res.stderr
+    df = Store.open(store).table("bench")
+    assert df["server_dead"].to_list() == [True] and df["completed"].to_list() == [3]
+    reqs = Store.open(store).table("bench_requests")
+    assert reqs.filter(pl.col("ok")).height == 3
+
+
+def test_h03_dropped_stream_is_truncated_not_success(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("h03_drop"), num_prompts=2))
+    assert rep.summary["completed"] == 0
+    assert rep.summary["failures"]["reasons"] == {"truncated": 2}
+    # the tokens seen before the cut are recorded on the request
+    assert all(r.output_tokens == 3 * 2 for r in rep.results)
+
+
+def test_h04_bad_json_event_is_a_protocol_error(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("h04_bad_json"), num_prompts=2))
+    assert rep.summary["failures"]["reasons"] == {"protocol_error": 2}
+    assert "not JSON" in rep.summary["failures"]["first_detail"]["protocol_error"]
+
+
+@pytest.mark.parametrize("variant", ["crlf", "split", "bom", "noterm"])
+def test_h04_unusual_sse_over_real_http(faultserver, variant):
+    rep = run_bench(cfg(faultserver.fresh(f"h04_{variant}"), num_prompts=2))
+    assert rep.summary["completed"] == 2 and rep.summary["output_tokens"] == 2 * OK_TOKENS
+
+
+def test_h05_ttft_and_idle_deadlines(faultserver):
+    t0 = time.monotonic()
+    ttft = run_bench(cfg(faultserver.fresh("h05_ttft"), num_prompts=1, ttft_timeout=0.3))
+    stall = run_bench(cfg(faultserver.fresh("h05_stall"), num_prompts=1, idle_timeout=0.3))
+    assert time.monotonic() - t0 < 4  # the server stalls 5 s each; we did not wait for it
+    assert ttft.summary["failures"]["reasons"] == {"timeout": 1}
+    assert "ttft-timeout" in ttft.summary["failures"]["first_detail"]["timeout"]
+    assert "idle-timeout" in stall.summary["failures"]["first_detail"]["timeout"]
+
+
+def test_overall_deadline_cancels_and_marks(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("slow"), num_prompts=50, deadline=0.6))
+    assert rep.deadline_hit
+    assert rep.summary["completed"] < 50
+    assert any(r.reason == "timeout" and "deadline" in (r.detail or "") for r in rep.results)
+
+
+def test_h07_empty_output_is_a_failure(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("h07_empty"), num_prompts=2))
+    assert rep.summary["failures"]["reasons"] == {"empty_output": 2}
+    assert rep.summary["output_tok_s"] is None
+
+
+def test_h08_missing_usage_is_estimated_and_flagged(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("h08_nousage"), api="openai", num_prompts=2))
+    assert rep.summary["completed"] == 2
+    assert rep.summary["tokens_estimated"] == 2
+    assert all(r.tokens_estimated and r.output_tokens == CHUNKS for r in rep.results)
+
+
+def test_concurrency_mode_completes_all(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("ok"), concurrency=8, num_prompts=40))
+    assert rep.config.mode == "concurrency"
+    assert rep.summary["completed"] == 40
+    assert sorted(r.index for r in rep.results) == list(range(40))
+
+
+def test_rate_mode_poisson_arrivals(faultserver):
+    rep = run_bench(cfg(faultserver.fresh("ok"), num_prompts=None, rate=40, duration=0.5))
+    assert rep.config.mode == "rate"
+    assert rep.summary["failed"] == 0
+    assert 3 <= rep.summary["completed"] <= 80  # ~20 expected; loose, not a timing test
+    starts = [r.start_s for r in rep.results]
+    assert starts == sorted(starts) and starts[-1] < 0.6
+
+
+# --------------------------------------------------------------------------------------
+# Prompts and configuration
+# --------------------------------------------------------------------------------------
+def test_prompt_sources(tmp_path):
+    jl = tmp_path / "p.jsonl"
+    jl.write_text('{"prompt": "a b c"}\n\n{"text": "d e"}\n', encoding="utf-8")
+    assert [p.text for p in bench.load_dataset(jl)] == ["a b c", "d e"]
+    sg = tmp_path / "sg.json"
+    sg.write_text(
+        json.dumps(
+            [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "x"}]}]
+        )
+    )
+    assert [p.text for p in bench.load_dataset(sg)] == ["hi"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{oops\n')
+    with pytest.raises(ParseError, match=r"bad.jsonl:2"):
+        bench.load_dataset(bad)
+    ids = bench.random_prompts(32, 3, seed=1, ids=True)
+    assert all(len(p.input_ids) == 32 for p in ids)
+    assert len({len(p.text.split()) for p in bench.builtin_prompts()}) == 1  # fixed length
+
+
+def test_random_input_ids_sent_to_native(faultserver):
+    run_bench(cfg(faultserver.fresh("ok"), num_prompts=1, random_input_len=16))
+    assert len(faultserver.bodies[-1]["input_ids"]) == 16
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"api": "grpc"},
+        {"concurrency": 0},
+        {"rate": 2.0, "num_prompts": None},
+        {"duration": 3.0},
+        {"url": "ftp://x"},
+    ],
+)
+def test_bad_configs_are_usage_errors(kw):
+    kw = {"url": "http://127.0.0.1:1", **kw}
+    with pytest.raises(UsageError):
+        BenchConfig(**kw).validate()
+
+
+def test_server_accept_length_by_version():
+    assert bench.server_accept_length({"avg_spec_accept_length": 3.1}) == 3.1  # 0.4.4-0.4.6
+    assert bench.server_accept_length({"internal_states": [{"avg_spec_accept_length": 2.2}]}) == 2.2
+    assert bench.server_accept_length({"decode": [{"avg_spec_accept_length": 1.7}]}) == 1.7
+    assert bench.server_accept_length({"internal_states": [{}]}) is None
+
+
+def test_resolve_target():
+    assert bench.resolve_target("http://h:1/") == "http://h:1"
+    assert bench.resolve_target("gpu9", 31000) == "http://gpu9:31000"
+    assert bench.resolve_target("gpu9:8000") == "http://gpu9:8000"
+    assert bench.resolve_target("gpu9") == "http://gpu9:30000"
+
+
+def test_configured_host_name_resolves(tmp_path):
+    (tmp_path / "forensics.toml").write_text('[hosts.gpu8]\naddress = "root@10.1.2.3"\n')
+    assert bench.resolve_target("gpu8", 30001) == "http://10.1.2.3:30001"
+
+
+# --------------------------------------------------------------------------------------
+# CLI, storage, runs, baseline
+# --------------------------------------------------------------------------------------
+def _ingest_run(store: Path, tmp_path: Path, port: int, name: str) -> None:
+    log = tmp_path / f"{name}.log"
+    log.write_text(
+        "[2025-04-28 10:00:00] server_args=ServerArgs(model_path='m', host='127.0.0.1', "
+        f"port={port}, tp_size=1, speculative_algorithm='EAGLE3', speculative_num_steps=3, "
+        "speculative_eagle_topk=4, speculative_num_draft_tokens=5)\n"
+        "[2025-04-28 10:00:05] The server is fired up and ready to roll!\n"
+        "[2025-04-28 10:00:10 TP0] Decode batch. #running-req: 1, #token: 100, token usage: "
+        "0.00, accept len: 2.50, cuda graph: True, gen throughput (token/s): 82.30, #queue-req: 0, \n"
+    )
+    res = invoke("--store", str(store), "ingest", str(log))
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_stores_and_attaches_to_the_run_on_that_port(faultserver, tmp_path):
+    store = tmp_path / "store"
+    _ingest_run(store, tmp_path, faultserver.port, "sglang_eagle3_cg_5dt")
+    _ingest_run(store, tmp_path, faultserver.port + 1, "other_port")
+    res = invoke("--store", str(store), "bench", faultserver.fresh("ok"), "--num-prompts", "4")
+    assert res.exit_code == 0, res.output
+    assert "tok/s" in res.stdout and "4 completed, 0 failed" in res.stdout
+    s = Store.open(store)
+    row = s.table("bench").row(0, named=True)
+    from forensics.runs import runs_table
+
+    rt = runs_table(s)
+    want = rt.filter(pl.col("name") == "sglang_eagle3_cg_5dt")["run_id"][0]
+    assert row["run_id"] == want
+    assert row["completed"] == 4 and row["interrupted"] is False
+    assert s.table("bench_requests").height == 4
+    latest = bench.latest_by_run(s)
+    assert latest.columns == ["run_id", "bench_tok_s", "bench_accept_len", "bench_at"]
+    assert latest["bench_accept_len"].to_list() == [pytest.approx(2.0)]
+    assert rt.filter(pl.col("run_id") == want)["bench_tok_s"][0] == pytest.approx(
+        row["output_tok_s"]
+    )
+
+
+def test_cli_explicit_run_and_baseline_ratio(faultserver, tmp_path):
+    store = tmp_path / "store"
+    _ingest_run(store, tmp_path, 39999, "sglang_baseline_nospec")
+    res = invoke(
+        "--store", str(store), "bench", faultserver.fresh("ok"), "--run", "baseline_nospec"
+    )
+    assert res.exit_code == 0, res.output
+    res = invoke("--store", str(store), "baseline", "sglang_baseline_nospec")
+    assert res.exit_code == 0 and "Baseline:" in res.stdout
+    res = invoke("--store", str(store), "baseline", "--tok-s", "100", "--json")
+    assert json.loads(res.stdout)["tok_s"] == 100.0
+    res = invoke("--store", str(store), "bench", faultserver.fresh("ok"), "--json", "--no-flush")
+    out = json.loads(res.stdout)
+    assert out["flush_cache"] == "skipped"
+    assert out["vs_baseline"] == pytest.approx(out["output_tok_s"] / 100.0)
+    res = invoke("--store", str(store), "bench", faultserver.fresh("ok"))
+    assert re.search(r"^[\d.]+ tok/s, [\d.]+× baseline", res.stdout)
+
+
+def test_cli_run_not_found_and_baseline_without_bench(faultserver, tmp_path):
+    store = tmp_path / "store"
+    _ingest_run(store, tmp_path, 39998, "sglang_x")
+    res = invoke("--store", str(store), "bench", faultserver.fresh("ok"), "--run", "nope")
+    assert res.exit_code == 3 and "sglang_x" in res.stderr
+    res = invoke("--store", str(store), "baseline", "sglang_x")
+    assert res.exit_code == 3 and "no benchmark result" in res.stderr
+
+
+def test_cli_failure_rate_exit_4_with_reasons(faultserver, tmp_path):
+    res = invoke("bench", faultserver.fresh("h01_500"), "--num-prompts", "2")
+    assert res.exit_code == 4
+    assert "HTTP 500" in res.stdout and "http_error 2" in res.stderr
+
+
+def test_cli_json_is_one_object(faultserver):
+    res = invoke("bench", faultserver.fresh("ok"), "--json", "--num-prompts", "2", "--no-store")
+    out = json.loads(res.stdout)
+    assert out["completed"] == 2 and out["stored"] is False
+    for key in ("ttft_s_p50", "itl_s_p99", "tpot_s_mean", "e2e_s_p90", "req_tok_s_p10"):
+        assert key in out
+
+
+def test_h10_sigint_saves_partial_results_exit_130(faultserver, tmp_path):
+    store = tmp_path / "store"
+    url = faultserver.fresh("slow")
+    tag = url.rsplit("/", 1)[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forensics", "--store", str(store), "bench", url]
+        + ["--num-prompts", "100", "--concurrency", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while faultserver.counts.get(tag, 0) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Interrupted" in err and "Traceback" not in err
+    row = Store.open(store).table("bench").row(0, named=True)
+    assert row["interrupted"] is True
+    assert 1 <= row["completed"] < 100
+    reqs = Store.open(store).table("bench_requests")
+    assert reqs.filter(pl.col("reason") == "cancelled").height >= 1

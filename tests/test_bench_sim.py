@@ -1,0 +1,150 @@
+"""forensics bench against the real simulated SGLang server (a subprocess on a free port).
+
+Correctness, not timing: the simulator reports, on each request's final chunk, the decode
+time it modelled; the client's figures must agree with it (loosely), and its field names per
+SGLang version must give the same accept length.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from forensics.bench import BenchConfig, run_bench
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "4",
+    "--speculative-num-draft-tokens",
+    "5",
+]
+BASE_TOK_S = "400"  # fast, so the tests are short; the figures scale with it
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sim:
+    def __init__(self, tmp: Path, style: str, spec: bool = True):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / f"sim-{style}-{self.port}.log"
+        args = [sys.executable, "-m", "forensics.sim", "--model-path", "sim://m"]
+        args += ["--port", str(self.port), "--sim-speed", "50", "--sim-style", style]
+        args += ["--sim-base-tok-s", BASE_TOK_S] + (SPEC if spec else [])
+        self._fh = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(args, stdout=self._fh, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout: float = 30.0) -> Sim:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(
+                    f"simulator exited {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        pytest.fail(f"simulator not healthy within {timeout}s: {self.log.read_text()[-2000:]}")
+
+    def server_info(self) -> dict:
+        with urllib.request.urlopen(self.url + "/server_info", timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._fh.close()
+
+
+@pytest.fixture
+def sim_factory(tmp_path):
+    started: list[Sim] = []
+
+    def make(style: str = "0.5.23", spec: bool = True) -> Sim:
+        sim = Sim(tmp_path, style, spec)
+        started.append(sim)
+        return sim
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def sim(sim_factory):
+    return sim_factory().wait_ready()
+
+
+def test_single_stream_matches_the_modelled_decode_time(sim):
+    rep = run_bench(BenchConfig(url=sim.url, num_prompts=4, max_new_tokens=96))
+    assert rep.summary["completed"] == 4 and rep.summary["failed"] == 0
+    for r in rep.results:
+        assert r.output_tokens == 96  # ignore_eos by default, counted by the server
+        truth = r.meta["sim"]["decode_s"]  # what the simulator modelled for this request
+        measured = r.e2e_s - r.ttft_s
+        assert measured == pytest.approx(truth, rel=0.05)
+    modelled = sim.server_info()["sim"]["modelled_tok_s"]
+    # the single-stream decode speed is close to the model's (acceptance draws are random)
+    assert rep.summary["decode_tok_s_median"] == pytest.approx(modelled, rel=0.25)
+
+
+@pytest.mark.parametrize("style", ["0.4.6", "0.5.9", "0.5.23"])
+def test_accept_length_per_version_style(sim_factory, style):
+    """0.4.6 gives spec_verify_ct only; 0.5.9 and 0.5.23 give spec_accept_length too."""
+    sim = sim_factory(style).wait_ready()
+    rep = run_bench(BenchConfig(url=sim.url, num_prompts=3, max_new_tokens=48, concurrency=3))
+    assert rep.summary["completed"] == 3
+    rounds = [r.meta["sim"]["rounds"] for r in rep.results]
+    want = sum(r.output_tokens for r in rep.results) / sum(rounds)
+    assert rep.summary["accept_len_client"] == pytest.approx(want, rel=0.02)
+    assert 1.0 < rep.summary["accept_len_client"] <= 4.0
+    # the server-side figure covers the window after /flush_cache (decode rounds only)
+    assert rep.flush == "ok"
+    assert rep.accept_len_server is not None
+    assert rep.accept_len_server == pytest.approx(rep.summary["accept_len_client"], rel=0.15)
+
+
+def test_openai_and_native_agree_on_token_counts(sim):
+    native = run_bench(BenchConfig(url=sim.url, num_prompts=2, max_new_tokens=40))
+    chat = run_bench(BenchConfig(url=sim.url, num_prompts=2, max_new_tokens=40, api="openai"))
+    comp = run_bench(
+        BenchConfig(url=sim.url, num_prompts=2, max_new_tokens=40, api="openai-completions")
+    )
+    assert [r.output_tokens for r in native.results] == [40, 40]
+    assert [r.output_tokens for r in chat.results] == [40, 40]
+    assert [r.output_tokens for r in comp.results] == [40, 40]
+    assert not any(r.tokens_estimated for r in chat.results + comp.results)
+
+
+def test_concurrency_mode_completes_all_requests(sim):
+    rep = run_bench(BenchConfig(url=sim.url, num_prompts=24, concurrency=8, max_new_tokens=24))
+    assert (rep.summary["completed"], rep.summary["failed"]) == (24, 0)
+    assert rep.summary["output_tokens"] == 24 * 24
