@@ -1,0 +1,1349 @@
+"""Phase classifier: in which phase a run died (or ``ok``), whether it hung, and why.
+
+Two sources of evidence are combined:
+
+* **rules** read the parse: the furthest startup stage and the stage in force when the first
+  fatal error happened, the traceback's frames (``FRAME_PHASES``: argument parsing →
+  pre-exec, weight loading → load, graph capture/warmup → capture, the event loop → runtime),
+  and the signature catalog (``forensics.signatures``);
+* a **scikit-learn** logistic regression over structural tokens (stages, frames, exception
+  types, signature ids, the rules' votes) and character n-grams of the error text, trained on
+  the labeled corpus in ``fixtures/corpus`` (plus the user's own ``forensics label``s).
+
+The model is kept as JSON (vocabularies, idf weights, coefficients, a calibration temperature):
+it is retrained from the corpus in seconds when absent and cached in the store's ``models/``
+folder; no pickle is ever loaded.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics import signatures as sigs
+from forensics.errors import InputNotFound, RunNotFound, StoreError, UsageError
+
+PHASES = sigs.PHASES
+MODEL_VERSION = 3
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "fixtures" / "corpus"
+LABELS_CSV = CORPUS / "labels.csv"
+STALE_S = 300.0  # a log untouched this long while mid-stage counts as hung
+
+# Where on the stack a traceback happened -> phase. Checked in this order; the first phase
+# with a matching frame wins (runtime stacks may also pass through graph *replay*, capture
+# stacks through model init, so the more specific phases come first).
+FRAME_PHASES: list[tuple[str, str, str]] = [
+    (
+        "runtime",
+        "func",
+        r"^(?:event_loop\w*|run_batch|process_batch_result\w*|"
+        r"forward_batch_generation|handle_generate_request|process_input_requests|"
+        r"get_next_batch_to_run|update_running_batch|verify|forward_draft_extend_after_decode|"
+        r"handle_loop|recv_requests|_handle_batch_output|generate_request|_wait_one_response|"
+        r"replay|replay_prepare|run_step|self_check_during_idle|watchdog_thread)$",
+    ),
+    ("runtime", "file", r"detokenizer_manager\.py|scheduler_output_processor_mixin\.py"),
+    (
+        "capture",
+        "func",
+        r"^(?:capture|capture_one_batch_size|init_cuda_graphs|init_device_graphs|"
+        r"_capture_graph|capture_graph|_execute_server_warmup|_wait_and_warmup|warmup\w*|"
+        r"init_piecewise_cuda_graphs|compile_fx|_compile)$",
+    ),
+    ("capture", "file", r"cuda_graph_runner\.py|graph_runner\.py|torch/_dynamo/|torch/_inductor/"),
+    (
+        "load",
+        "func",
+        r"^(?:init_torch_distributed|init_distributed_environment|"
+        r"initialize_model_parallel|load_model|load_weights\w*|weight_loader\w*|get_model|"
+        r"_initialize_model|init_memory_pool|profile_max_num_token|init_kv_cache\w*|"
+        r"init_model_worker|init_attention_backend|make_layers|create_weights|"
+        r"ensure_model_parallel_initialized|init_process_group)$",
+    ),
+    (
+        "load",
+        "file",
+        r"model_loader/|model_runner\.py|tp_worker\.py|eagle_worker\w*\.py|"
+        r"memory_pool\.py|parallel_state\.py|pynccl\w*\.py|/models/",
+    ),
+    (
+        "pre-exec",
+        "func",
+        r"^(?:prepare_server_args|parse_args|__post_init__|check_server_args|"
+        r"from_cli_args|_handle_\w+|get_config|get_tokenizer|cached_file|hf_hub_download|"
+        r"snapshot_download|_find_and_load\w*)$",
+    ),
+    (
+        "pre-exec",
+        "file",
+        r"server_args\.py|argparse\.py|huggingface_hub/|hf_transformers_utils\.py|"
+        r"launch_server\.py",
+    ),
+]
+_FRAME_RX = [(p, k, re.compile(rx)) for p, k, rx in FRAME_PHASES]
+
+# Stage in force -> phase (the last stage line seen before the failure).
+STAGE_PHASE: dict[str, str] = {
+    "server_args": "load",
+    "dist_init_begin": "load",
+    "dist_init_end": "load",
+    "load_begin": "load",
+    "load_end": "load",
+    "kv_pool": "load",
+    "pool_end": "load",
+    "capture_begin": "capture",
+    "capture_progress": "capture",
+    "capture_end": "capture",
+    "capacity": "capture",
+    "uvicorn_started": "capture",
+    "warmup": "capture",
+    "ready": "runtime",
+    "serving": "runtime",
+}
+STAGE_ORDER = list(STAGE_PHASE)
+
+# Signature refinements by the phase the rules settled on: (signature, phase, new signature).
+REFINE: list[tuple[str, str, str]] = [
+    ("cuda_oom", "load", "weight_load_oom"),
+    ("cuda_oom", "capture", "capture_failed"),
+    ("illegal_memory_access", "capture", "capture_failed"),
+    ("device_side_assert", "capture", "capture_failed"),
+]
+_KV_FRAMES = re.compile(r"init_memory_pool|profile_max_num_token|init_kv_cache|memory_pool")
+
+NEXT_STEPS_OK = ["nothing failed; compare its tok/s with other runs: forensics runs"]
+NEXT_STEPS_HUNG_STAGE = {
+    "load": "the log stops during loading: check the host is still loading (nvidia-smi memory "
+    "grows, disk reads) or stuck on the network/filesystem; check the GPUs are free",
+    "capture": "the log stops during CUDA-graph capture: a stuck capture usually means a "
+    "deadlock between ranks or a kernel that never returns; retry with --cuda-graph-max-bs 16 "
+    "or --disable-cuda-graph to confirm",
+    "runtime": "the server stopped making progress while serving",
+    "pre-exec": "the server printed nothing after it was started",
+}
+
+
+# --------------------------------------------------------------------------------------
+# One run's evidence
+# --------------------------------------------------------------------------------------
+@dataclass
+class ErrorRec:
+    line: int
+    last_line: int
+    kind: str
+    component: str
+    exc_type: str
+    message: str
+    text: str
+    frames: list[tuple[str, str]]
+    hits: list[sigs.Hit]
+    noise: str | None
+    ts: Any = None
+
+
+@dataclass
+class Analysis:
+    path: str
+    run_index: int
+    stages: list[tuple[str, str, int]]  # (stage, scope, line)
+    ready_line: int | None
+    served: bool
+    decode_lines: int
+    shutdown: bool
+    errors: list[ErrorRec]
+    lines: list[tuple[int, str, str]]  # (line, kind, text): the non-metrics lines
+    last_line: int
+    last_ts: Any
+    mtime: float | None
+    cause: ErrorRec | None = None
+    hit: sigs.Hit | None = None
+    frame_phase: str | None = None
+    stage_phase: str | None = None
+    rule_phase: str | None = None
+    rule_hung: bool = False
+    signature: str | None = None
+    capture_cause: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _frame_phase(frames: list[tuple[str, str]]) -> str | None:
+    for phase, kind, rx in _FRAME_RX:
+        for f, fn in frames:
+            if rx.search(fn if kind == "func" else f):
+                return phase
+    return None
+
+
+def _view(frames_tables: dict[str, pl.DataFrame], run_index: int) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name, df in frames_tables.items():
+        if df is None or df.is_empty() or "run_index" not in df.columns:
+            out[name] = pl.DataFrame()
+            continue
+        out[name] = df.filter(pl.col("run_index") == run_index)
+    return out
+
+
+def analyze(
+    tables: dict[str, pl.DataFrame], run_index: int, *, path: str = "", mtime: float | None = None
+) -> Analysis:
+    """Rule evidence for one run, from the parser's frames (or the store's rows of that run)."""
+    v = _view(tables, run_index)
+    ev, er, ln, dec, runs = v["events"], v["errors"], v["lines"], v["decode"], v["runs"]
+    stages: list[tuple[str, str, int]] = []
+    if not ev.is_empty():
+        for st, sc, li in ev.sort("line").select("stage", "scope", "line").iter_rows():
+            stages.append((st, sc or "", li))
+    ready = [li for st, _, li in stages if st == "ready"]
+    ndec = len(dec)
+    lines: list[tuple[int, str, str]] = []
+    if not ln.is_empty():
+        lines = [
+            (li, k, t or "")
+            for li, k, t in ln.sort("line").select("line", "kind", "text").iter_rows()
+        ]
+    shutdown = any(st in ("shutdown_begin", "shutdown_end") for st, _, _ in stages)
+    errors: list[ErrorRec] = []
+    if not er.is_empty():
+        for r in er.sort("line").iter_rows(named=True):
+            text = r.get("text") or ""
+            msg = r.get("message") or ""
+            exc = r.get("exc_type") or ""
+            fr = sigs.frames_of(text)
+            blob = " ".join(f"{f} {fn}" for f, fn in fr)
+            full = text if (exc and exc in text) or not exc else f"{text}\n{exc}: {msg}"
+            hits = sigs.match(full, line=r["line"], frames=blob)
+            noise = sigs.noise_kind(msg or text) if not hits else None
+            errors.append(
+                ErrorRec(
+                    line=r["line"],
+                    last_line=r.get("last_line") or r["line"],
+                    kind=r.get("kind") or "",
+                    component=r.get("component") or "",
+                    exc_type=exc,
+                    message=msg,
+                    text=text,
+                    frames=fr,
+                    hits=hits,
+                    noise=noise,
+                    ts=r.get("ts"),
+                )
+            )
+    # lines the parser kept as unknown/warning may still carry a signature (e.g. bash errors)
+    for li, kind, text in lines:
+        if kind in ("unknown", "uvicorn_warning", "generic_warning", "port_wait", "usage"):
+            hits = sigs.match(text, line=li)
+            if hits and not any(e.line == li for e in errors):
+                errors.append(ErrorRec(li, li, kind, "", "", text, text, [], hits, None))
+    errors.sort(key=lambda e: e.line)
+    last_line = 0
+    last_ts = None
+    if not runs.is_empty():
+        last_line = int(runs["last_line"].max() or 0)
+        last_ts = runs["ended_at"].max()
+    if not dec.is_empty():
+        last_line = max(last_line, int(dec["line"].max()))
+    config = {}
+    if not runs.is_empty():
+        row = runs.row(-1, named=True)
+        config = {
+            k: row.get(k)
+            for k in (
+                "num_steps",
+                "topk",
+                "num_draft_tokens",
+                "cuda_graph",
+                "tp_size",
+                "mem_fraction",
+                "spec_algorithm",
+            )
+        }
+    a = Analysis(
+        path=path,
+        run_index=run_index,
+        stages=stages,
+        ready_line=min(ready) if ready else None,
+        served=ndec > 0,
+        decode_lines=ndec,
+        shutdown=shutdown,
+        errors=errors,
+        lines=lines,
+        last_line=last_line,
+        last_ts=last_ts,
+        mtime=mtime,
+        config=config,
+    )
+    _decide(a)
+    return a
+
+
+def _is_fatal(a: Analysis, e: ErrorRec) -> bool:
+    if e.noise:
+        return False
+    if e.kind in ("sigquit", "exit_code", "init_failed", "scheduler_dead", "subprocess_crash"):
+        return False  # consequences: they say a child failed, not why
+    if e.hits:
+        return True
+    if a.ready_line is not None and e.line > a.ready_line:
+        # after ready, an error matters when the server stopped afterwards
+        later_decode = any(li > e.last_line for li, k, _ in a.lines if k == "ready")
+        if later_decode:
+            return False
+        followed = any(
+            x.line > e.line and x.kind in ("sigquit", "exit_code", "subprocess_crash")
+            for x in a.errors
+        )
+        return followed or e.component != "" or e.line >= a.last_line - 40
+    return (
+        e.kind in ("traceback", "fatal_python", "argparse_error", "bind_error")
+        or bool(e.exc_type)
+        or e.kind == "generic_error"
+    )
+
+
+def _consequences(a: Analysis) -> list[ErrorRec]:
+    return [
+        e
+        for e in a.errors
+        if e.kind in ("exit_code", "scheduler_dead", "subprocess_crash", "init_failed", "sigquit")
+    ]
+
+
+def _stage_at(a: Analysis, line: int | None) -> str | None:
+    last = None
+    for st, _, li in a.stages:
+        if line is not None and li > line:
+            break
+        if st in STAGE_PHASE:
+            last = st
+    if a.served and (line is None or a.ready_line is not None):
+        if line is None or (a.ready_line is not None and line > a.ready_line):
+            last = "serving"
+    return last
+
+
+def _decide(a: Analysis) -> None:
+    fatal = [e for e in a.errors if _is_fatal(a, e)]
+    cause = None
+    hit = None
+    if fatal:
+        hitters = [e for e in fatal if e.hits]
+        if hitters:
+            best = max(hitters, key=lambda e: (sigs.best(e.hits).signature.priority, -e.line))
+            cause, hit = best, sigs.best(best.hits)
+            # prefer the first traceback of the same signature (the origin, not a repeat)
+        else:
+            tbs = [e for e in fatal if e.kind == "traceback" or e.exc_type]
+            cause = tbs[0] if tbs else fatal[0]
+    if cause is None:
+        # a scheduler that died without a Python error: the consequences are the only evidence
+        cons = [e for e in _consequences(a) if e.hits]
+        if cons:
+            cause = cons[0]
+            hit = sigs.best(cons[0].hits)
+    a.cause, a.hit = cause, hit
+    sig = hit.signature if hit else None
+    a.frame_phase = _frame_phase(cause.frames) if cause else None
+    a.stage_phase = STAGE_PHASE.get(_stage_at(a, cause.line if cause else None) or "")
+    if a.stage_phase is None and a.stages and cause is not None:
+        a.stage_phase = None
+
+    phase: str | None = None
+    hung = False
+    if cause is None:
+        if a.ready_line is not None or a.served:
+            phase = "ok"
+        elif a.stages:
+            last = _stage_at(a, None)
+            phase = STAGE_PHASE.get(last or "", None)
+            if last == "capacity" or last == "uvicorn_started" or last == "warmup":
+                phase = "capture"
+            hung = not a.shutdown and _stale(a)
+        else:
+            phase = None
+    else:
+        after_ready = a.ready_line is not None and cause.line > a.ready_line
+        if sig is not None and sig.phase == "cleanup":
+            phase = "cleanup"
+        elif sig is not None and sig.phase == "pre-exec" and not after_ready:
+            phase = "pre-exec"
+        elif after_ready:
+            phase = "runtime"
+        elif (
+            sig is not None
+            and sig.phase in ("load", "capture")
+            and sig.id not in ("illegal_memory_access", "device_side_assert")
+        ):
+            phase = sig.phase
+        else:
+            fp = a.frame_phase
+            if sig is not None and sig.phase_from == "stage" and a.stages:
+                fp = None
+            if fp == "runtime" and a.stages and a.ready_line is None:
+                fp = "capture"  # the warm-up request ran the model before "ready"
+            phase = fp or a.stage_phase
+            if phase is None and sig is not None:
+                phase = sig.phase
+            if phase is None and a.stages and not a.ready_line:
+                phase = "load"
+        hung = bool(sig and sig.hung)
+        if sig and sig.id == "detokenizer_heartbeat" and a.cause and a.cause.kind == "traceback":
+            hung = False
+    a.rule_phase = phase
+    a.rule_hung = hung
+
+    # signature, refined by the phase
+    sid = sig.id if sig else None
+    if sid and phase:
+        sid = _refine(a, sid, phase)
+    if sid == "weight_load_oom" and cause is not None:
+        if any(_KV_FRAMES.search(fn) for _, fn in cause.frames):
+            sid = "kv_pool_oom"
+    if sid == "capture_failed" and cause is not None:
+        c = sigs.capture_cause(cause.text + "\n" + cause.message)
+        a.capture_cause = c["id"] if c else "other"
+    if sid is None and cause is not None and phase != "ok":
+        sid = sigs.unknown_id(_unknown_text(cause))
+    if sid is None and phase in ("load", "capture", "pre-exec") and hung:
+        sid = f"stalled_{phase.replace('-', '_')}"
+    a.signature = sid
+    a.evidence = _evidence(a)
+
+
+def _in_capture(a: Analysis) -> bool:
+    """The failure happened inside a CUDA-graph capture (not the warm-up request)."""
+    at = _stage_at(a, a.cause.line if a.cause else None)
+    return a.frame_phase == "capture" or at in ("capture_begin", "capture_progress")
+
+
+def _refine(a: Analysis, sid: str | None, phase: str) -> str | None:
+    for s0, ph, s1 in REFINE:
+        if sid == s0 and phase == ph and (s1 != "capture_failed" or _in_capture(a)):
+            return s1
+    return sid
+
+
+def _unknown_text(e: ErrorRec) -> str:
+    if e.exc_type:
+        return f"{e.exc_type}: {e.message}"
+    return e.message or e.text.splitlines()[0] if e.text else ""
+
+
+def _stale(a: Analysis) -> bool:
+    if a.mtime is None:
+        return True
+    return (time.time() - a.mtime) > STALE_S
+
+
+def _evidence(a: Analysis) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if a.cause is not None:
+        e = a.cause
+        first = next((t for li, _, t in a.lines if li == e.line), None)
+        if first is None:
+            first = (e.text.splitlines() or [""])[0]
+        out.append({"line": e.line, "text": first[:300]})
+        if e.exc_type and e.last_line != e.line:
+            out.append({"line": e.last_line, "text": f"{e.exc_type}: {e.message}"[:300]})
+        elif e.hits and e.hits[0].text != first:
+            # the line of the text that matched
+            for i, t in enumerate(e.text.splitlines()):
+                if any(rx.search(t) for rx in e.hits[0].signature.patterns):
+                    out.append({"line": e.line + i, "text": t[:300]})
+                    break
+        for c in _consequences(a):
+            if c.line > e.line and len(out) < 5:
+                out.append({"line": c.line, "text": c.text.splitlines()[0][:300]})
+    elif a.stages:
+        st, _, li = a.stages[-1]
+        text = next((t for li2, _, t in a.lines if li2 == li), st)
+        out.append({"line": li, "text": text[:300]})
+    if a.ready_line is not None and not any(o["line"] == a.ready_line for o in out):
+        out.append({"line": a.ready_line, "text": "The server is fired up and ready to roll!"})
+    return sorted(out, key=lambda o: o["line"])[:6]
+
+
+# --------------------------------------------------------------------------------------
+# Features for the model
+# --------------------------------------------------------------------------------------
+def _stem(path: str) -> str:
+    return re.sub(r"\W", "_", path.rsplit("/", 1)[-1].rsplit(".", 1)[0])[:40]
+
+
+def features(a: Analysis) -> tuple[str, str]:
+    """(structural tokens, error text) of one run."""
+    tok: list[str] = []
+    seen = []
+    for st, sc, _ in a.stages:
+        t = f"stage_{st}" + (f"_{sc}" if sc else "")
+        if t not in seen:
+            seen.append(t)
+    tok += seen
+    if a.stages:
+        tok.append(f"last_{a.stages[-1][0]}")
+    else:
+        tok.append("nostages")
+    at = _stage_at(a, a.cause.line if a.cause else None)
+    tok.append(f"at_{at}")
+    tok += ["ready"] if a.ready_line is not None else ["notready"]
+    tok += ["served"] if a.served else []
+    tok += ["shutdown"] if a.shutdown else []
+    tok.append(f"rule_{a.rule_phase}")
+    tok.append(f"framephase_{a.frame_phase}")
+    tok.append(f"stagephase_{a.stage_phase}")
+    if a.rule_hung:
+        tok.append("rulehung")
+    if a.hit:
+        tok.append(f"sig_{a.hit.signature.id}")
+    if a.capture_cause:
+        tok.append(f"cause_{a.capture_cause}")
+    for e in a.errors:
+        if e.noise:
+            tok.append(f"noise_{e.noise}")
+            continue
+        if e.exc_type:
+            tok.append("exc_" + e.exc_type.rsplit(".", 1)[-1])
+        if e.component:
+            tok.append(f"comp_{e.component}")
+        tok.append(f"ekind_{e.kind}")
+    if a.cause is not None:
+        tok.append("cause_after_ready" if a.ready_line and a.cause.line > a.ready_line else "cause")
+        for f, fn in a.cause.frames:
+            tok.append(f"fn_{fn}")
+            tok.append(f"file_{_stem(f)}")
+    else:
+        tok.append("nocause")
+    for _, k, _ in a.lines[-8:]:
+        tok.append(f"tail_{k}")
+    text_parts = []
+    if a.cause is not None:
+        text_parts.append(f"{a.cause.exc_type}: {a.cause.message}")
+        text_parts.append(a.cause.text[-1500:])
+    tail = [t for _, k, t in a.lines[-6:] if k not in ("uvicorn_access",)]
+    text_parts += tail
+    return " ".join(tok), sigs.template("\n".join(text_parts))[:3000] if text_parts else ""
+
+
+# --------------------------------------------------------------------------------------
+# The model (JSON)
+# --------------------------------------------------------------------------------------
+@dataclass
+class Model:
+    data: dict[str, Any]
+    _vecs: Any = None
+
+    @property
+    def classes(self) -> list[str]:
+        return self.data["classes"]
+
+    def _vectorizers(self):
+        if self._vecs is None:
+            import numpy as np
+            from sklearn.feature_extraction.text import TfidfVectorizer
+
+            vecs = []
+            for spec in self.data["vectorizers"]:
+                v = TfidfVectorizer(**_vec_params(spec["kind"]), vocabulary=spec["vocabulary"])
+                v._validate_vocabulary()
+                v.idf_ = np.asarray(spec["idf"], dtype=float)
+                vecs.append(v)
+            self._vecs = vecs
+        return self._vecs
+
+    def proba(self, docs: list[tuple[str, str]]):
+        import numpy as np
+        from scipy.sparse import hstack
+
+        vecs = self._vectorizers()
+        X = hstack(
+            [vecs[0].transform([d[0] for d in docs]), vecs[1].transform([d[1] for d in docs])]
+        )
+        coef = np.asarray(self.data["coef"], dtype=float)
+        logits = X @ coef.T + np.asarray(self.data["intercept"], dtype=float)
+        logits = np.asarray(logits) / float(self.data.get("temperature", 1.0))
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return p / p.sum(axis=1, keepdims=True)
+
+
+def _vec_params(kind: str) -> dict[str, Any]:
+    if kind == "tokens":
+        return {"token_pattern": r"\S+", "lowercase": False, "sublinear_tf": True}
+    return {
+        "analyzer": "char_wb",
+        "ngram_range": (3, 5),
+        "sublinear_tf": True,
+        "lowercase": True,
+        "max_features": 6000,
+    }
+
+
+def _fit(docs: list[tuple[str, str]], y: list[str], *, C: float = 4.0) -> Model:
+    import numpy as np
+    from scipy.sparse import hstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    v1 = TfidfVectorizer(**_vec_params("tokens"), min_df=1)
+    v2 = TfidfVectorizer(**_vec_params("chars"), min_df=2)
+    X1 = v1.fit_transform([d[0] for d in docs])
+    texts = [d[1] or " " for d in docs]
+    X2 = v2.fit_transform(texts)
+    X = hstack([X1, X2]).tocsr()
+    classes = sorted(set(y), key=PHASES.index)
+    from threadpoolctl import threadpool_limits
+
+    clf = LogisticRegression(C=C, max_iter=3000, class_weight="balanced")
+    with threadpool_limits(1):  # many BLAS threads make this small fit 30x slower
+        clf.fit(X, y)
+    order = [list(clf.classes_).index(c) for c in classes]
+    coef = clf.coef_[order] if len(classes) > 2 else np.vstack([-clf.coef_[0], clf.coef_[0]])
+    inter = (
+        clf.intercept_[order]
+        if len(classes) > 2
+        else np.array([-clf.intercept_[0], clf.intercept_[0]])
+    )
+
+    def vocab(v):
+        return {k: int(i) for k, i in v.vocabulary_.items()}
+
+    data = {
+        "version": MODEL_VERSION,
+        "classes": classes,
+        "vectorizers": [
+            {"kind": "tokens", "vocabulary": vocab(v1), "idf": [round(x, 5) for x in v1.idf_]},
+            {"kind": "chars", "vocabulary": vocab(v2), "idf": [round(x, 5) for x in v2.idf_]},
+        ],
+        "coef": [[round(float(x), 5) for x in row] for row in coef],
+        "intercept": [round(float(x), 5) for x in inter],
+        "temperature": 1.0,
+    }
+    return Model(data)
+
+
+# --------------------------------------------------------------------------------------
+# Combining rules and model
+# --------------------------------------------------------------------------------------
+RULE_WEIGHT = 0.8  # the probability the rules' phase gets in the prior they contribute
+
+
+@dataclass
+class Verdict:
+    path: str
+    run_index: int
+    phase: str
+    hung: bool
+    signature: str | None
+    confidence: float
+    evidence: list[dict[str, Any]]
+    explanation: str
+    next_steps: list[str]
+    rule_phase: str | None = None
+    model_phase: str | None = None
+    capture_cause: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "run_index": self.run_index,
+            "phase": self.phase,
+            "hung": self.hung,
+            "signature": self.signature,
+            "confidence": round(self.confidence, 3),
+            "evidence": self.evidence,
+            "explanation": self.explanation,
+            "next_steps": self.next_steps,
+        }
+
+
+def combine(a: Analysis, p_model: list[float], classes: list[str]) -> tuple[str, float, str]:
+    probs = dict(zip(classes, p_model, strict=False))
+    for c in PHASES:
+        probs.setdefault(c, 1e-6)
+    model_phase = max(probs, key=probs.get)
+    if a.rule_phase in PHASES:
+        other = (1.0 - RULE_WEIGHT) / (len(PHASES) - 1)
+        comb = {c: probs[c] * (RULE_WEIGHT if c == a.rule_phase else other) for c in PHASES}
+    else:
+        comb = dict(probs)
+    z = sum(comb.values()) or 1.0
+    comb = {c: v / z for c, v in comb.items()}
+    phase = max(comb, key=comb.get)
+    return phase, comb[phase], model_phase
+
+
+def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
+    """One-line explanation and next steps, each about the evidence the verdict cites."""
+    cfg = a.config or {}
+    mem = cfg.get("mem_fraction")
+    values = {
+        "mem_up": f"--mem-fraction-static {min(0.95, mem + 0.05):.2f}" if mem else None,
+        "mem_down": f"--mem-fraction-static {max(0.5, mem - 0.05):.2f}" if mem else None,
+    }
+    values = {k: v for k, v in values.items() if v}
+    sid = a.signature
+    sig = sigs.BY_ID.get(sid or "")
+    steps: list[str] = []
+    if phase == "ok":
+        noise = sorted({e.noise for e in a.errors if e.noise})
+        text = "the server reached ready" + (
+            f" and served ({a.decode_lines} decode log lines)" if a.served else ""
+        )
+        if a.shutdown:
+            text += ", then shut down on request"
+        if noise:
+            text += f"; the error-looking lines ({', '.join(noise)}) are not fatal"
+        return text, list(NEXT_STEPS_OK)
+    if sig is not None:
+        killer = ""
+        if sig.id == "scheduler_died" and a.cause is not None:
+            m = re.search(r"exit code:? (-?\d+)|Exit code: (-?\d+)", _all_text(a))
+            code = (m.group(1) or m.group(2)) if m else None
+            if code == "-9":
+                killer = " (exit code -9 = SIGKILL: usually the kernel's OOM killer, host RAM)"
+                steps.append(
+                    "host RAM ran out: load fewer shards in parallel, add swap, or "
+                    "stop other processes on the host"
+                )
+            elif code:
+                killer = f" (exit code {code})"
+        cause_txt = "see the error"
+        if sig.id == "capture_failed" or sid == "capture_failed":
+            c = next((c for c in sigs.CAPTURE_CAUSES if c["id"] == a.capture_cause), None)
+            cause_txt = c["explanation"] if c else "see the error"
+            if c:
+                steps += [sigs.render(r, **values) for r in c["remedies"]]
+        text = sigs.render(sig.explanation, cause=cause_txt, killer=killer, **values)
+        if sig.id != "capture_failed":
+            steps += [sigs.render(r, **values) for r in sig.remedies]
+    elif sid and sid.startswith("unknown:") and a.cause is not None:
+        text = f"{phase}: an error no catalog entry knows: {_unknown_text(a.cause)[:160]}"
+        steps.append(
+            "read the traceback at the cited line; `forensics classify train` after "
+            "`forensics label RUN PHASE` teaches the classifier this failure"
+        )
+    elif hung:
+        last = a.stages[-1][0] if a.stages else "start"
+        text = f"the log stops after `{last}` with no error: it hung (or was killed) during {phase}"
+        steps.append(NEXT_STEPS_HUNG_STAGE.get(phase, ""))
+    else:
+        text = f"stopped during {phase} without an error in the log"
+        steps.append("look at the host (dmesg, nvidia-smi) for what stopped it")
+    if hung and sig is not None and sig.hung:
+        text += " (hung: it stopped making progress without exiting on its own)"
+    return text, [s for s in steps if s]
+
+
+def _all_text(a: Analysis) -> str:
+    return "\n".join(e.text for e in a.errors)
+
+
+def verdicts(analyses: list[Analysis], model: Model | None) -> list[Verdict]:
+    """Verdicts for many runs (one model call)."""
+    if model is None or not analyses:
+        return [verdict(a, model) for a in analyses]
+    probs = model.proba([features(a) for a in analyses])
+    return [verdict(a, model, p=list(p)) for a, p in zip(analyses, probs, strict=True)]
+
+
+def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -> Verdict:
+    if model is not None:
+        if p is None:
+            p = list(model.proba([features(a)])[0])
+        phase, conf, mphase = combine(a, list(p), model.classes)
+    else:
+        phase, conf, mphase = a.rule_phase or "pre-exec", 0.6 if a.rule_phase else 0.2, None
+    hung = a.rule_hung if phase == a.rule_phase else (phase != "ok" and a.cause is None)
+    if phase == "ok":
+        hung = False
+    # the signature must fit the phase that was decided
+    if phase != a.rule_phase:
+        if phase == "ok":
+            a.signature = None
+        else:
+            a.signature = _refine(a, a.signature, phase)
+    text, steps = explain(a, phase, hung)
+    return Verdict(
+        path=a.path,
+        run_index=a.run_index,
+        phase=phase,
+        hung=hung,
+        signature=a.signature if phase != "ok" else None,
+        confidence=float(conf),
+        evidence=a.evidence,
+        explanation=text,
+        next_steps=steps,
+        rule_phase=a.rule_phase,
+        model_phase=mphase,
+        capture_cause=a.capture_cause,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Corpus, training, evaluation
+# --------------------------------------------------------------------------------------
+def corpus_rows(corpus: Path = CORPUS) -> list[dict[str, str]]:
+    path = corpus / "labels.csv"
+    if not path.exists():
+        raise InputNotFound(
+            f"{path}: the labeled corpus is missing", hint="python scripts/gen_corpus.py"
+        )
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def corpus_digest(corpus: Path = CORPUS) -> str:
+    h = hashlib.sha1()
+    h.update(str(MODEL_VERSION).encode())
+    h.update(Path(__file__).read_bytes())
+    h.update(Path(sigs.__file__).read_bytes())
+    h.update((corpus / "labels.csv").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def parse_path(path: Path | str):
+    from parsers.sglang import parse_bytes
+
+    p = Path(path)
+    data = p.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        import gzip
+
+        data = gzip.decompress(data)
+    return parse_bytes(data, str(p))
+
+
+def _tables(frames) -> dict[str, pl.DataFrame]:
+    return frames.tables()
+
+
+def analyses_for(frames, path: str, mtime: float | None = None) -> list[Analysis]:
+    tables = _tables(frames)
+    runs = tables["runs"]
+    idx = sorted(set(runs["run_index"].to_list())) if not runs.is_empty() else []
+    if not idx:
+        idx = [0]
+    return [analyze(tables, i, path=path, mtime=mtime) for i in idx]
+
+
+_CORPUS_CACHE: dict[str, list[tuple[dict[str, str], Analysis]]] = {}
+
+
+def corpus_examples(corpus: Path = CORPUS) -> list[tuple[dict[str, str], Analysis]]:
+    key = str(corpus) + ":" + corpus_digest(corpus)
+    if key in _CORPUS_CACHE:
+        return _CORPUS_CACHE[key]
+    out = []
+    for row in corpus_rows(corpus):
+        frames = parse_path(corpus / row["file"])
+        ans = analyses_for(frames, row["file"])
+        ri = int(row.get("run_index") or 0)
+        a = next((x for x in ans if x.run_index == ri), ans[-1])
+        out.append((row, a))
+    _CORPUS_CACHE[key] = out
+    return out
+
+
+def _temperature(p_logits, y_idx) -> float:
+    """One temperature that minimises the log loss of held-out predictions (calibration)."""
+    import numpy as np
+
+    best_t, best_l = 1.0, float("inf")
+    for t in np.linspace(0.3, 4.0, 38):
+        z = p_logits / t
+        z = z - z.max(axis=1, keepdims=True)
+        lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        loss = -lp[np.arange(len(y_idx)), y_idx].mean()
+        if loss < best_l:
+            best_t, best_l = float(t), loss
+    return best_t
+
+
+def train(store=None, *, corpus: Path = CORPUS, include_labels: bool = True) -> Model:
+    """Fit the model on the corpus (+ the store's labels); calibrate; cache as JSON."""
+    ex = corpus_examples(corpus)
+    docs = [features(a) for _, a in ex]
+    y = [r["phase"] for r, _ in ex]
+    n_user = 0
+    if store is not None and include_labels:
+        for a, phase in _labeled_runs(store):
+            docs.append(features(a))
+            y.append(phase)
+            n_user += 1
+    model = _fit(docs, y)
+    # calibration: a temperature fitted on grouped cross-validated logits
+    fams = [r.get("family", r["file"]) for r, _ in ex] + [f"user{i}" for i in range(n_user)]
+    logits, yi = _cv_logits(docs, y, fams, model.classes)
+    if logits is not None:
+        model.data["temperature"] = _temperature(logits, yi)
+    model.data["digest"] = corpus_digest(corpus)
+    model.data["n_examples"] = len(y)
+    model.data["n_user_labels"] = n_user
+    model.data["trained_at"] = dt.datetime.now().isoformat(timespec="seconds")
+    if store is not None:
+        save_model(store, model)
+    _MODEL_CACHE[_cache_key(store)] = model
+    return model
+
+
+def _cv_logits(docs, y, groups, classes, k: int = 5):
+    import numpy as np
+    from sklearn.model_selection import GroupKFold
+
+    uniq = sorted(set(groups))
+    if len(uniq) < k:
+        return None, None
+    logits = np.zeros((len(y), len(classes)))
+    for tr, te in GroupKFold(n_splits=k).split(docs, y, groups):
+        m = _fit([docs[i] for i in tr], [y[i] for i in tr])
+        if m.classes != classes:
+            return None, None
+        m.data["temperature"] = 1.0
+        p = m.proba([docs[i] for i in te])
+        logits[te] = np.log(np.clip(p, 1e-12, 1))
+    yi = np.array([classes.index(c) for c in y])
+    return logits, yi
+
+
+def _model_path(store) -> Path:
+    return Path(store.root) / "models" / "phase-model.json"
+
+
+def save_model(store, model: Model) -> Path:
+    p = _model_path(store)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(model.data, separators=(",", ":")))
+    os.replace(tmp, p)
+    return p
+
+
+_MODEL_CACHE: dict[str, Model] = {}
+
+
+def _cache_key(store) -> str:
+    return str(Path(store.root).resolve()) if store is not None else ""
+
+
+def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
+    """The store's model when it is current, else one trained now from the corpus."""
+    digest = corpus_digest(corpus)
+    key = _cache_key(store)
+    m = _MODEL_CACHE.get(key)
+    if m is not None and m.data.get("digest") == digest:
+        return m
+    if store is not None:
+        p = _model_path(store)
+        if p.exists():
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                data = {}
+            if data.get("version") == MODEL_VERSION and data.get("digest") == digest:
+                m = Model(data)
+                _MODEL_CACHE[key] = m
+                return m
+    # a fresh model from the shipped corpus (shared in-process by stores without labels)
+    base = _MODEL_CACHE.get("")
+    if base is None or base.data.get("digest") != digest:
+        base = train(None, corpus=corpus)
+        _MODEL_CACHE[""] = base
+    if store is not None and _has_labels(store):
+        return train(store, corpus=corpus)
+    if store is not None:
+        try:
+            save_model(store, base)
+        except OSError:
+            pass
+    return base
+
+
+# --------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------
+def classify_file(path: str | Path, model: Model | None = None) -> list[Verdict]:
+    p = Path(path)
+    if not p.exists():
+        raise InputNotFound(
+            f"{p}: no such file",
+            hint=f"forensics diagnose {p.stem} --log {p} to diagnose a log that was never written",
+        )
+    if p.is_dir():
+        raise UsageError(
+            f"{p}: is a directory, not a log file", hint=f"forensics classify {p}/*.log"
+        )
+    frames = parse_path(p)
+    m = model
+    out = []
+    for a in analyses_for(frames, str(p), mtime=p.stat().st_mtime):
+        out.append(verdict(a, m))
+    return out
+
+
+def classify_text(text: str, model: Model | None = None, *, path: str = "<text>") -> list[Verdict]:
+    from parsers.sglang import parse_text
+
+    frames = parse_text(text, path)
+    return [verdict(a, model) for a in analyses_for(frames, path)]
+
+
+def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name in ("runs", "events", "errors", "lines", "decode"):
+        df = store.table(name)
+        if not df.is_empty() and "source_id" in df.columns:
+            df = df.filter(pl.col("source_id") == source_id)
+        out[name] = df
+    if not out["decode"].is_empty():
+        out["decode"] = out["decode"].select("run_index", "line")
+    return out
+
+
+def analyze_stored(store, source_id: str, run_index: int) -> Analysis:
+    tables = _store_tables(store, source_id)
+    src = store.sources().get(source_id, {})
+    mtime = src.get("mtime")
+    return analyze(tables, run_index, path=src.get("path", source_id), mtime=mtime)
+
+
+VERDICT_SCHEMA = {
+    "run_id": pl.String,
+    "key": pl.String,
+    "phase": pl.String,
+    "hung": pl.Boolean,
+    "signature": pl.String,
+    "confidence": pl.Float64,
+    "verdict": pl.String,
+}
+
+
+def _state_key(store, source_id: str, model: Model | None) -> str:
+    src = store.sources().get(source_id, {})
+    label = _labels_for(store).get(source_id, {})
+    return "|".join(
+        str(x)
+        for x in (
+            src.get("size"),
+            src.get("mtime"),
+            src.get("offset"),
+            MODEL_VERSION,
+            corpus_digest(),
+            json.dumps(label, sort_keys=True),
+            int(time.time() // STALE_S)
+            if src.get("mtime") and time.time() - src["mtime"] < 2 * STALE_S
+            else 0,
+        )
+    )
+
+
+def _labels_for(store) -> dict[str, dict[int, str]]:
+    df = store.table("labels")
+    out: dict[str, dict[int, str]] = {}
+    if df.is_empty():
+        return out
+    for sid, ri, ph in df.select("source_id", "run_index", "phase").iter_rows():
+        out.setdefault(sid, {})[int(ri)] = ph
+    return out
+
+
+def _has_labels(store) -> bool:
+    return not store.table("labels").is_empty()
+
+
+def classify_stored(store, source_id: str, run_index: int, model: Model | None = None) -> Verdict:
+    a = analyze_stored(store, source_id, run_index)
+    v = verdict(a, model if model is not None else load_model(store))
+    label = _labels_for(store).get(source_id, {}).get(run_index)
+    if label:
+        v.phase, v.confidence = label, 1.0
+        v.explanation = f"labeled {label} by you (forensics label); " + v.explanation
+    return v
+
+
+def classify_runs(store, runs_df: pl.DataFrame) -> pl.DataFrame:
+    """Verdicts for the runs table: run_id, phase, hung, signature, confidence (cached)."""
+    if runs_df is None or runs_df.is_empty():
+        return pl.DataFrame(schema={"run_id": pl.String})
+    cached = store.table("verdicts")
+    cache: dict[str, tuple[str, dict]] = {}
+    if not cached.is_empty():
+        for rid, key, vj in cached.select("run_id", "key", "verdict").iter_rows():
+            cache[rid] = (key, json.loads(vj))
+    rows = []
+    new_rows = []
+    model = None
+    keys: dict[str, str] = {}
+    for rid, sid, ri in runs_df.select("run_id", "source_id", "run_index").iter_rows():
+        if sid not in keys:
+            keys[sid] = _state_key(store, sid, None)
+        key = keys[sid]
+        hit = cache.get(rid)
+        if hit and hit[0] == key:
+            d = hit[1]
+        else:
+            if model is None:
+                model = load_model(store)
+            v = classify_stored(store, sid, int(ri), model)
+            d = {
+                "phase": v.phase,
+                "hung": v.hung,
+                "signature": v.signature,
+                "confidence": round(v.confidence, 3),
+            }
+            new_rows.append({"run_id": rid, "key": key, **d, "verdict": json.dumps(d)})
+        rows.append({"run_id": rid, **d})
+    if new_rows:
+        try:
+            with store.transaction(lock_timeout=2.0) as tx:
+                done = {r["run_id"] for r in new_rows}
+                if not cached.is_empty():
+                    tx.drop_rows("verdicts", ~pl.col("run_id").is_in(list(done)))
+                tx.append("verdicts", pl.DataFrame(new_rows, schema=VERDICT_SCHEMA))
+        except StoreError:
+            pass  # the cache is an optimisation; a locked store just recomputes next time
+    return pl.DataFrame(
+        rows,
+        schema={
+            "run_id": pl.String,
+            "phase": pl.String,
+            "hung": pl.Boolean,
+            "signature": pl.String,
+            "confidence": pl.Float64,
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------
+# User labels
+# --------------------------------------------------------------------------------------
+LABEL_SCHEMA = {
+    "run_id": pl.String,
+    "source_id": pl.String,
+    "run_index": pl.Int32,
+    "name": pl.String,
+    "phase": pl.String,
+    "labeled_at": pl.Datetime("us"),
+}
+
+
+def label(store, match: str, phase: str) -> list[dict[str, Any]]:
+    """Record the user's phase for the run(s) matching ``match``; used by the next train."""
+    from forensics.runs import find_runs
+
+    if phase not in PHASES:
+        raise UsageError(f"{phase}: not a phase", hint="one of " + ", ".join(PHASES))
+    hits = find_runs(store, match, classify=False)
+    if len(hits) > 1:
+        exact = hits.filter(pl.col("name") == match)
+        if len(exact) != 1:
+            names = ", ".join(hits["name"].to_list()[:8])
+            raise UsageError(
+                f"{match}: matches {len(hits)} runs ({names})",
+                hint="give the exact run name or run id",
+            )
+        hits = exact
+    now = dt.datetime.now()
+    rows = [
+        {
+            "run_id": r["run_id"],
+            "source_id": r["source_id"],
+            "run_index": r["run_index"],
+            "name": r["name"],
+            "phase": phase,
+            "labeled_at": now,
+        }
+        for r in hits.iter_rows(named=True)
+    ]
+    ids = [r["run_id"] for r in rows]
+    with store.transaction() as tx:
+        tx.drop_rows("labels", ~pl.col("run_id").is_in(ids))
+        tx.append("labels", pl.DataFrame(rows, schema=LABEL_SCHEMA))
+    _MODEL_CACHE.pop(_cache_key(store), None)
+    return rows
+
+
+def _labeled_runs(store) -> list[tuple[Analysis, str]]:
+    df = store.table("labels")
+    if df.is_empty():
+        return []
+    out = []
+    for sid, ri, ph in df.select("source_id", "run_index", "phase").iter_rows():
+        if sid not in store.sources():
+            continue
+        out.append((analyze_stored(store, sid, int(ri)), ph))
+    return out
+
+
+__all__ = [
+    "PHASES",
+    "Analysis",
+    "Verdict",
+    "analyze",
+    "classify_file",
+    "classify_text",
+    "classify_runs",
+    "classify_stored",
+    "load_model",
+    "train",
+    "label",
+    "RunNotFound",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------
+def _scores(y_true: list[str], y_pred: list[str]) -> dict[str, Any]:
+    per = {}
+    labels = [p for p in PHASES if p in set(y_true) | set(y_pred)]
+    for c in labels:
+        tp = sum(1 for t, p in zip(y_true, y_pred, strict=True) if t == c and p == c)
+        fp = sum(1 for t, p in zip(y_true, y_pred, strict=True) if t != c and p == c)
+        fn = sum(1 for t, p in zip(y_true, y_pred, strict=True) if t == c and p != c)
+        prec = tp / (tp + fp) if tp + fp else 0.0
+        rec = tp / (tp + fn) if tp + fn else 0.0
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+        per[c] = {
+            "precision": round(prec, 3),
+            "recall": round(rec, 3),
+            "f1": round(f1, 3),
+            "support": tp + fn,
+        }
+    present = [c for c in labels if per[c]["support"]]
+    macro = sum(per[c]["f1"] for c in present) / len(present) if present else 0.0
+    confusion = {
+        t: {
+            p: sum(1 for a, b in zip(y_true, y_pred, strict=True) if a == t and b == p)
+            for p in PHASES
+        }
+        for t in PHASES
+        if t in set(y_true)
+    }
+    acc = sum(1 for t, p in zip(y_true, y_pred, strict=True) if t == p) / max(1, len(y_true))
+    return {
+        "n": len(y_true),
+        "accuracy": round(acc, 3),
+        "macro_f1": round(macro, 3),
+        "per_phase": per,
+        "confusion": confusion,
+    }
+
+
+def _predict(model: Model, items: list[tuple[dict[str, str], Analysis]]) -> list[Verdict]:
+    return verdicts([a for _, a in items], model)
+
+
+def _ece(conf: list[float], correct: list[bool], bins: int = 10) -> float:
+    tot = len(conf)
+    if not tot:
+        return 0.0
+    err = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        idx = [i for i, c in enumerate(conf) if lo < c <= hi or (b == 0 and c == 0)]
+        if not idx:
+            continue
+        acc = sum(correct[i] for i in idx) / len(idx)
+        avg = sum(conf[i] for i in idx) / len(idx)
+        err += len(idx) / tot * abs(acc - avg)
+    return round(err, 3)
+
+
+def evaluate(*, corpus: Path = CORPUS, folds: int = 5) -> dict[str, Any]:
+    """Held-out figures (split by generator family) and grouped cross-validation."""
+    from sklearn.model_selection import GroupKFold
+
+    t0 = time.monotonic()
+    ex = corpus_examples(corpus)
+    train_ex = [x for x in ex if x[0]["split"] == "train"]
+    test_ex = [x for x in ex if x[0]["split"] == "test"]
+    hand_ex = [x for x in ex if x[0]["split"] == "hand"]
+    fit_t0 = time.monotonic()
+    model = _fit([features(a) for _, a in train_ex], [r["phase"] for r, _ in train_ex])
+    fit_s = time.monotonic() - fit_t0
+    logits, yi = _cv_logits(
+        [features(a) for _, a in train_ex],
+        [r["phase"] for r, _ in train_ex],
+        [r["family"] for r, _ in train_ex],
+        model.classes,
+    )
+    if logits is not None:
+        model.data["temperature"] = _temperature(logits, yi)
+    report: dict[str, Any] = {
+        "examples": len(ex),
+        "train": len(train_ex),
+        "test": len(test_ex),
+        "hand_examples": len(hand_ex),
+        "fit_seconds": round(fit_s, 2),
+    }
+
+    def block(items):
+        vs = _predict(model, items)
+        y = [r["phase"] for r, _ in items]
+        pred = [v.phase for v in vs]
+        s = _scores(y, pred)
+        s["rules_only_macro_f1"] = _scores(y, [a.rule_phase or "pre-exec" for _, a in items])[
+            "macro_f1"
+        ]
+        hung_ok = sum(
+            1 for (r, _), v in zip(items, vs, strict=True) if (r["hung"] == "true") == v.hung
+        )
+        s["hung_accuracy"] = round(hung_ok / max(1, len(items)), 3)
+        sig_items = [(r, v) for (r, _), v in zip(items, vs, strict=True) if r.get("signature")]
+        sig_ok = sum(1 for r, v in sig_items if _sig_ok(r["signature"], v.signature))
+        s["signature_accuracy"] = round(sig_ok / max(1, len(sig_items)), 3)
+        s["ece"] = _ece(
+            [v.confidence for v in vs], [v.phase == t for v, t in zip(vs, y, strict=True)]
+        )
+        s["errors"] = [
+            {
+                "file": r["file"],
+                "label": r["phase"],
+                "pred": v.phase,
+                "signature": v.signature,
+                "expected_signature": r.get("signature"),
+            }
+            for (r, _), v in zip(items, vs, strict=True)
+            if v.phase != r["phase"]
+            or (r.get("signature") and not _sig_ok(r["signature"], v.signature))
+        ][:30]
+        return s
+
+    report["heldout"] = block(test_ex)
+    if hand_ex:
+        report["hand"] = block(hand_ex)
+    # grouped cross-validation over all generated examples (folds never share a family)
+    gen = [x for x in ex if x[0]["split"] != "hand"]
+    docs = [features(a) for _, a in gen]
+    y = [r["phase"] for r, _ in gen]
+    groups = [r["family"] for r, _ in gen]
+    pred = [""] * len(gen)
+    for tr, te in GroupKFold(n_splits=folds).split(docs, y, groups):
+        m = _fit([docs[i] for i in tr], [y[i] for i in tr])
+        m.data["temperature"] = model.data["temperature"]
+        for i, v in zip(te, verdicts([gen[i][1] for i in te], m), strict=True):
+            pred[i] = v.phase
+    report["cv"] = _scores(y, pred)
+    report["cv"]["folds"] = folds
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    return report
+
+
+def _sig_ok(expected: str, got: str | None) -> bool:
+    if "|" in expected:
+        return (got or "") in expected.split("|")
+    if expected == "unknown":
+        return bool(got and got.startswith("unknown:"))
+    return expected == (got or "")

@@ -1,0 +1,197 @@
+"""`forensics classify`, `forensics diagnose`, `forensics label`: thin click layer."""
+
+from __future__ import annotations
+
+import click
+
+from forensics.cli_common import echo_json, get_store
+
+
+class _FilesByDefault(click.Group):
+    """`classify FILE...` runs the `files` subcommand; `classify train|eval` the others."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["files", *args]
+        return super().parse_args(ctx, args)
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("classify", cls=_FilesByDefault)
+    def classify_group() -> None:
+        """Classify logs without ingesting them: phase, hung, signature, evidence.
+
+        \b
+        forensics classify LOG...        one verdict per run found in each log
+        forensics classify train         retrain (corpus + your `forensics label`s)
+        forensics classify eval          cross-validated figures of the classifier
+        """
+
+    @classify_group.command("files")
+    @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+    @click.pass_context
+    def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) -> None:
+        """Classify LOG files (the default subcommand)."""
+        from forensics import classifier
+        from forensics.errors import InputNotFound
+
+        store = get_store(ctx)
+        model = classifier.load_model(store)
+        out = []
+        missing = []
+        for p in paths:
+            try:
+                out += [v.as_dict() for v in classifier.classify_file(p, model)]
+            except InputNotFound as exc:
+                if len(paths) == 1:
+                    raise
+                missing.append(str(exc))
+        if as_json:
+            echo_json(out)
+        else:
+            for v in out:
+                hung = " (hung)" if v["hung"] else ""
+                click.echo(
+                    f"{v['path']}#{v['run_index']}: {v['phase']}{hung}  "
+                    f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
+                )
+                click.echo(f"  {v['explanation']}")
+                for e in v["evidence"][:4]:
+                    click.echo(f"    {v['path']}:{e['line']}: {e['text'][:160]}")
+                for s in v["next_steps"][:3]:
+                    click.echo(f"  - {s}")
+        for m in missing:
+            click.echo(f"Error: {m}", err=True)
+        if missing:
+            ctx.exit(4)
+
+    @classify_group.command("train")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.pass_context
+    def classify_train(ctx: click.Context, as_json: bool) -> None:
+        """Retrain from the shipped corpus plus your labels; saved in the store (JSON)."""
+        from forensics import classifier
+
+        store = get_store(ctx)
+        m = classifier.train(store)
+        info = {
+            k: m.data.get(k)
+            for k in ("n_examples", "n_user_labels", "temperature", "trained_at", "digest")
+        }
+        info["path"] = str(classifier._model_path(store))
+        if as_json:
+            echo_json(info)
+        else:
+            click.echo(
+                f"trained on {info['n_examples']} examples "
+                f"({info['n_user_labels']} of them your labels); saved to {info['path']}"
+            )
+
+    @classify_group.command("eval")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.option("--folds", default=5, show_default=True, help="Cross-validation folds.")
+    def classify_eval(as_json: bool, folds: int) -> None:
+        """Held-out and grouped cross-validated precision, recall, macro-F1, confusion."""
+        from forensics import classifier
+
+        r = classifier.evaluate(folds=folds)
+        if as_json:
+            echo_json(r)
+            return
+        click.echo(
+            f"{r['examples']} examples: train {r['train']}, held-out {r['test']}, "
+            f"hand-written {r['hand_examples']}"
+        )
+        for key, title in (
+            ("heldout", "held-out families"),
+            ("hand", "hand-written"),
+            ("cv", f"{folds}-fold grouped CV"),
+        ):
+            s = r.get(key)
+            if not s:
+                continue
+            click.echo(f"\n{title}: n={s['n']} accuracy={s['accuracy']} macro-F1={s['macro_f1']}")
+            click.echo(f"  {'phase':<9} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
+            for ph, m in s["per_phase"].items():
+                click.echo(
+                    f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}"
+                )
+            cols = list(classifier.PHASES)
+            click.echo("  confusion (rows: label, columns: predicted)")
+            click.echo("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols))
+            for t, row in s["confusion"].items():
+                click.echo(f"  {t:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols))
+
+    @cli.command("diagnose")
+    @click.argument("match")
+    @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
+    @click.option(
+        "--relaunch",
+        is_flag=True,
+        help="Replay the launch step by step with a journal, then diagnose it.",
+    )
+    @click.option(
+        "--log",
+        "log_path",
+        default=None,
+        help="Diagnose this log path (a missing file is evidence too).",
+    )
+    @click.option("--host", default=None, help="Host of the log / launch (a config name).")
+    @click.pass_context
+    def diagnose_cmd(
+        ctx: click.Context,
+        match: str,
+        as_json: bool,
+        relaunch: bool,
+        log_path: str | None,
+        host: str | None,
+    ) -> None:
+        """Why did run MATCH fail: phase, signature, evidence, timeline, next steps.
+
+        MATCH is a run name fragment (e.g. 2step); several matches give one report each,
+        newest first.
+        """
+        from forensics import diagnose as dg
+
+        store = get_store(ctx)
+        if relaunch:
+            res = dg.relaunch(store, match, host=host)
+            if as_json:
+                echo_json(res)
+            else:
+                click.echo(
+                    f"{res.get('name', match)}: {res.get('status', '?')}; cause "
+                    f"{res.get('cause') or '—'} (phase {res.get('phase') or '?'})"
+                )
+                if res.get("explanation"):
+                    click.echo(f"  why: {res['explanation']}")
+                for s in res.get("next_steps") or []:
+                    click.echo(f"  - {s}")
+            return
+        reports = dg.diagnose(store, match, log=log_path, host=host)
+        if as_json:
+            echo_json(reports)
+            return
+        for i, rep in enumerate(reports):
+            if i:
+                click.echo("")
+            click.echo(dg.render_text(rep))
+
+    @cli.command("label")
+    @click.argument("run")
+    @click.argument(
+        "phase", type=click.Choice(["ok", "cleanup", "pre-exec", "load", "capture", "runtime"])
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @click.pass_context
+    def label_cmd(ctx: click.Context, run: str, phase: str, as_json: bool) -> None:
+        """Record the right PHASE for RUN; `forensics classify train` learns from it."""
+        from forensics import classifier
+
+        rows = classifier.label(get_store(ctx), run, phase)
+        if as_json:
+            echo_json(rows)
+        else:
+            for r in rows:
+                click.echo(f"{r['name']}: labeled {phase} (retrain: forensics classify train)")

@@ -1,0 +1,514 @@
+"""Diagnosis reports: in which phase a run died, why, the evidence, and what to try next.
+
+``diagnose(store, match)`` finds runs by name fragment (newest first) and builds one report
+each: the classifier's verdict (phase, hung, signature, evidence as file:line + text), the
+startup timeline compared with the closest successful run of a similar configuration, what
+differs in the configuration from runs that worked, the explanation and next steps.
+
+A log that does not exist is itself evidence (``missing_log_report``): the launch never got
+as far as the server writing its first line, so the phase is ``pre-exec`` or ``cleanup``; the
+possible causes are ranked from the launch's own shell chain (``forensics.lint`` findings:
+self-kill by ``pkill -f``, ``&&`` after a ``pkill`` that matched nothing, cleanup hang, log
+folder missing, wrong python/model path) and the next step is a journaled relaunch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics import classifier
+from forensics.errors import RunNotFound
+from forensics.runs import find_runs, runs_table, stage_timeline
+
+# Config columns compared between a failed run and the runs that worked.
+CONFIG_KEYS = [
+    "model_path",
+    "draft_model_path",
+    "spec_algorithm",
+    "num_steps",
+    "topk",
+    "num_draft_tokens",
+    "cuda_graph",
+    "tp_size",
+    "mem_fraction",
+    "cuda_graph_max_bs",
+]
+
+# Causes of a log that was never written, ranked: lint finding id -> (phase, cause text).
+# Causes without a lint finding (always possible) follow with a lower weight.
+MISSING_LOG_CAUSES: list[dict[str, Any]] = [
+    {
+        "id": "cleanup-self-kill",
+        "phase": "cleanup",
+        "lint": "cleanup-self-kill",
+        "weight": 0.9,
+        "cause": "self-kill: a `pkill -f` pattern matches the command line of the shell that "
+        "runs the chain, so the chain killed itself before `nohup` started the server",
+    },
+    {
+        "id": "and-after-pkill",
+        "phase": "cleanup",
+        "lint": "and-after-pkill",
+        "weight": 0.7,
+        "cause": "`&&` after a `pkill` that matched nothing (exit 1) skipped every later step, "
+        "including the server launch",
+    },
+    {
+        "id": "log-dir-missing",
+        "phase": "pre-exec",
+        "lint": "log-dir-missing",
+        "weight": 0.8,
+        "cause": "the folder of the log file does not exist, so the shell could not open the "
+        "redirection and never ran the server",
+    },
+    {
+        "id": "cleanup-hang",
+        "phase": "cleanup",
+        "lint": "gpu-collateral",
+        "weight": 0.5,
+        "cause": "a cleanup step (`fuser -k /dev/nvidia*`, a process in GPU teardown) hung, so "
+        "the chain never reached the launch",
+    },
+    {
+        "id": "wrong-path",
+        "phase": "pre-exec",
+        "lint": None,
+        "weight": 0.3,
+        "cause": "the python binary or the model path is wrong, or the shell never got that far "
+        "(the redirection target is created first, so a wrong python usually leaves a log with "
+        "an error — no log at all points at the chain before it)",
+    },
+]
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = float(s)
+    if s < 60:
+        return f"{s:.0f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m} min {sec} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+def _cfg(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in CONFIG_KEYS if k in row}
+
+
+def _similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
+    score = 0.0
+    weights = {
+        "model_path": 5,
+        "draft_model_path": 2,
+        "spec_algorithm": 2,
+        "tp_size": 2,
+        "cuda_graph": 1.5,
+        "num_steps": 1,
+        "topk": 1,
+        "num_draft_tokens": 1,
+        "mem_fraction": 0.5,
+        "cuda_graph_max_bs": 0.5,
+    }
+    for k, w in weights.items():
+        if a.get(k) is not None and a.get(k) == b.get(k):
+            score += w
+    return score
+
+
+def _worked(df: pl.DataFrame) -> pl.DataFrame:
+    if df.is_empty() or "phase" not in df.columns:
+        return df.clear()
+    return df.filter(pl.col("phase") == "ok")
+
+
+def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
+    """The closest successful run of a similar configuration, and how the configs differ."""
+    ok = _worked(table).filter(pl.col("run_id") != run["run_id"])
+    if ok.is_empty():
+        return {"closest": None, "differences": [], "text": "no successful run to compare with"}
+    mine = _cfg(run)
+    rows = ok.to_dicts()
+    rows.sort(key=lambda r: (-_similarity(mine, _cfg(r)), str(r.get("started_at"))))
+    best = rows[0]
+    diffs = [
+        {"key": k, "this": mine.get(k), "worked": best.get(k)}
+        for k in CONFIG_KEYS
+        if mine.get(k) != best.get(k) and not (mine.get(k) is None and best.get(k) is None)
+    ]
+    # values every successful run shares but this one does not
+    common = []
+    for k in CONFIG_KEYS:
+        vals = {json.dumps(r.get(k), default=str) for r in rows}
+        if len(vals) == 1 and mine.get(k) is not None and rows[0].get(k) != mine.get(k):
+            common.append({"key": k, "this": mine.get(k), "all_worked": rows[0].get(k)})
+    ready = best.get("ready_s")
+    what = ", ".join(f"{d['key']}={d['worked']}" for d in diffs[:3]) or "the same config"
+    text = f"{best['name']} ({what})"
+    if ready is not None:
+        text += f" reached ready in {_fmt_s(ready)}"
+    else:
+        text += " worked"
+    tl = stage_timeline(store, best["source_id"], int(best["run_index"]))
+    return {
+        "closest": {
+            "name": best["name"],
+            "run_id": best["run_id"],
+            "ready_s": ready,
+            "timeline": tl,
+        },
+        "differences": diffs,
+        "differs_from_all_that_worked": common,
+        "text": text,
+    }
+
+
+def _timeline_text(tl: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    if not tl:
+        return tl, "no startup stages with timestamps"
+    done = [t for t in tl if t["ended"]]
+    open_ = [t for t in tl if not t["ended"]]
+    where = open_[0]["segment"] if open_ else (tl[-1]["segment"])
+    text = f"{len(done)} stage(s) completed; " + (
+        f"stopped in `{where}` after {_fmt_s(open_[0]['duration_s'])}"
+        if open_
+        else f"last: `{where}`"
+    )
+    return tl, text
+
+
+def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
+    v = classifier.classify_stored(store, run["source_id"], int(run["run_index"]))
+    path = run.get("path") or ""
+    first = int(run.get("first_line") or 1)
+    evidence = [
+        {"file": path, "line": e["line"], "text": e["text"], "where": f"{path}:{e['line']}"}
+        for e in v.evidence
+    ]
+    tl, tl_text = _timeline_text(stage_timeline(store, run["source_id"], int(run["run_index"])))
+    cmp = (
+        compare(store, run, table)
+        if v.phase != "ok"
+        else {"closest": None, "differences": [], "text": ""}
+    )
+    steps = list(v.next_steps)
+    if cmp.get("differences") and v.phase != "ok":
+        d = ", ".join(f"{x['key']} {x['this']} → {x['worked']}" for x in cmp["differences"][:3])
+        steps.append(f"the closest run that worked differs in: {d}")
+    if v.phase != "ok":
+        steps.append(
+            f"to collect evidence on a fresh attempt: forensics diagnose {run['name']} --relaunch"
+        )
+    return {
+        "name": run["name"],
+        "run_id": run["run_id"],
+        "path": path,
+        "host": run.get("host"),
+        "first_line": first,
+        "started_at": run.get("started_at"),
+        "config": _cfg(run),
+        "phase": v.phase,
+        "hung": v.hung,
+        "signature": v.signature,
+        "confidence": round(v.confidence, 3),
+        "evidence": evidence,
+        "timeline": tl,
+        "timeline_text": tl_text,
+        "comparison": cmp,
+        "explanation": v.explanation,
+        "next_steps": steps,
+    }
+
+
+def _launches(store) -> pl.DataFrame:
+    try:
+        from forensics.launcher import launches_frame
+
+        return launches_frame(store)
+    except ImportError:
+        df = store.table("launches")
+        return df
+
+
+def _find_launches(store, match: str) -> list[dict[str, Any]]:
+    df = _launches(store)
+    if df.is_empty() or "name" not in df.columns:
+        return []
+    m = match.lower()
+    hit = df.filter(
+        pl.col("name").str.to_lowercase().str.contains(m, literal=True)
+        | pl.col("log_path").fill_null("").str.to_lowercase().str.contains(m, literal=True)
+    )
+    if hit.is_empty():
+        return []
+    if "launch_id" in hit.columns:
+        hit = hit.group_by("launch_id", maintain_order=True).last()
+    if "started_at" in hit.columns:
+        hit = hit.sort("started_at", descending=True, nulls_last=True)
+    return hit.to_dicts()
+
+
+def _exists(path: str, host: str | None) -> bool | None:
+    if host in (None, "", "local"):
+        return Path(path).exists()
+    try:
+        from forensics.hosts import get_host
+
+        return get_host(host).exists(path)
+    except Exception:  # noqa: BLE001 - unreachable host: unknown, not "missing"
+        return None
+
+
+def missing_log_report(
+    name: str,
+    log_path: str,
+    *,
+    chain: str | None = None,
+    host: str | None = None,
+    launch: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A log that was never written: phase pre-exec or cleanup, the possible causes ranked."""
+    found: dict[str, Any] = {}
+    if chain:
+        try:
+            from forensics.lint import lint
+
+            for f in lint(chain):
+                found.setdefault(f.id, f)
+        except Exception:  # noqa: BLE001 - a chain lint cannot parse still leaves the causes
+            pass
+    ranked = []
+    for c in MISSING_LOG_CAUSES:
+        f = found.get(c["lint"]) if c["lint"] else None
+        weight = c["weight"] if f is not None else c["weight"] * 0.25
+        if c["id"] == "log-dir-missing" and f is None:
+            parent = str(Path(log_path).parent)
+            ex = _exists(parent, host)
+            if ex is not None:
+                weight = 0.95 if ex is False else 0.02
+                ranked.append(
+                    {
+                        "cause": c["id"],
+                        "phase": c["phase"],
+                        "score": weight,
+                        "text": c["cause"],
+                        "evidence": f"{parent}: "
+                        + ("does not exist" if ex is False else "exists (checked)"),
+                    }
+                )
+                continue
+        ranked.append(
+            {
+                "cause": c["id"],
+                "phase": c["phase"],
+                "score": round(weight, 2),
+                "text": c["cause"],
+                "evidence": (
+                    f"step {f.step}: {f.text}"
+                    if f is not None and f.step
+                    else (f.explanation if f is not None else "not checked: no evidence either way")
+                ),
+            }
+        )
+    ranked.sort(key=lambda r: -r["score"])
+    top = ranked[0]
+    journal_cause = (launch or {}).get("cause")
+    explanation = (
+        f"{log_path} was never written: the launch failed before the server process wrote its "
+        f"first line, so it is not a load or capture failure. Most likely: {top['text']}."
+    )
+    if journal_cause:
+        explanation += f" The launch journal recorded: {journal_cause}."
+    return {
+        "name": name,
+        "run_id": None,
+        "path": log_path,
+        "host": host,
+        "phase": top["phase"],
+        "hung": top["cause"] == "cleanup-hang",
+        "signature": "log_never_written",
+        "confidence": round(min(0.9, 0.4 + top["score"] / 2), 3),
+        "evidence": [
+            {
+                "file": log_path,
+                "line": None,
+                "text": "No such file or directory",
+                "where": f"{log_path}: no such file",
+            }
+        ],
+        "causes": ranked,
+        "timeline": [],
+        "timeline_text": "no log: the server never started",
+        "comparison": {"closest": None, "differences": [], "text": ""},
+        "explanation": explanation,
+        "next_steps": [
+            f"relaunch it with evidence collection: forensics diagnose {name} --relaunch "
+            "(each step of the chain is journaled, so the next failure explains itself)",
+            "lint the chain: forensics lint (pkill -f patterns that match the launching shell, "
+            "&& after pkill)",
+        ],
+    }
+
+
+def diagnose(
+    store, match: str, *, log: str | None = None, host: str | None = None
+) -> list[dict[str, Any]]:
+    """One report per matching run (newest first); missing logs are diagnosed as such."""
+    if log is not None:
+        ex = _exists(log, host)
+        if ex is False:
+            launch = next(iter(_find_launches(store, match)), None)
+            chain = _chain_of(launch)
+            return [missing_log_report(match, log, chain=chain, host=host, launch=launch)]
+        if ex:
+            return _diagnose_file(log, match)
+    launches = _find_launches(store, match)
+    try:
+        hits = find_runs(store, match)
+    except RunNotFound as exc:
+        reports = [_launch_report(store, la) for la in launches]
+        reports = [r for r in reports if r is not None]
+        if reports:
+            return reports
+        names = []
+        for la in _launches(store).to_dicts() if not _launches(store).is_empty() else []:
+            names.append(la.get("name"))
+        if names:
+            raise RunNotFound(
+                f"{exc.message}; launches: {', '.join(sorted(set(n for n in names if n))[:12])}",
+                hint=exc.hint,
+            ) from None
+        raise
+    table = runs_table(store)
+    reports = [run_report(store, r, table) for r in hits.to_dicts()]
+    # recorded launches of that name whose log never appeared
+    seen = {r["path"] for r in reports}
+    for la in launches:
+        if la.get("log_path") and la["log_path"] not in seen:
+            rep = _launch_report(store, la)
+            if rep is not None:
+                reports.append(rep)
+    return reports
+
+
+def _chain_of(launch: dict[str, Any] | None) -> str | None:
+    if not launch:
+        return None
+    rec = launch.get("recipe")
+    if not rec:
+        return None
+    try:
+        from forensics.recipe import Recipe
+
+        r = Recipe.from_json(rec)
+        return r.shell or r.chain_text()
+    except Exception:  # noqa: BLE001
+        try:
+            return json.loads(rec).get("shell")
+        except (ValueError, AttributeError):
+            return None
+
+
+def _launch_report(store, la: dict[str, Any]) -> dict[str, Any] | None:
+    log_path = la.get("log_path")
+    if not log_path:
+        return None
+    host = la.get("host")
+    ex = _exists(log_path, host)
+    if ex is False:
+        return missing_log_report(
+            la.get("name") or log_path, log_path, chain=_chain_of(la), host=host, launch=la
+        )
+    return None
+
+
+def _diagnose_file(path: str, name: str) -> list[dict[str, Any]]:
+    model = classifier.load_model(None)
+    out = []
+    for v in classifier.classify_file(path, model):
+        out.append(
+            {
+                "name": name,
+                "run_id": None,
+                "path": path,
+                "host": None,
+                "phase": v.phase,
+                "hung": v.hung,
+                "signature": v.signature,
+                "confidence": round(v.confidence, 3),
+                "evidence": [
+                    {
+                        "file": path,
+                        "line": e["line"],
+                        "text": e["text"],
+                        "where": f"{path}:{e['line']}",
+                    }
+                    for e in v.evidence
+                ],
+                "timeline": [],
+                "timeline_text": "",
+                "comparison": {"closest": None, "differences": [], "text": ""},
+                "explanation": v.explanation,
+                "next_steps": v.next_steps,
+            }
+        )
+    return out
+
+
+def relaunch(store, name: str, *, host: str | None = None) -> dict[str, Any]:
+    """Replay the launch under the journal (forensics.launcher) and return its diagnosis."""
+    try:
+        from forensics import launcher
+    except ImportError as exc:
+        from forensics.errors import UsageError
+
+        raise UsageError(
+            f"{name}: --relaunch needs forensics.launcher, which is not available ({exc})",
+            hint=f"forensics diagnose {name} without --relaunch",
+        ) from exc
+    return launcher.relaunch(store, name, host=host)
+
+
+def render_text(rep: dict[str, Any]) -> str:
+    """A report for people."""
+    out = []
+    hung = " (hung)" if rep.get("hung") else ""
+    out.append(
+        f"{rep['name']}: phase {rep['phase']}{hung}, signature {rep.get('signature') or '—'}"
+        f" (confidence {rep.get('confidence', 0):.2f})"
+    )
+    if rep.get("path"):
+        out.append(f"  log: {rep['path']}")
+    out.append(f"  why: {rep['explanation']}")
+    if rep.get("evidence"):
+        out.append("  evidence:")
+        for e in rep["evidence"]:
+            out.append(f"    {e['where']}: {e['text']}")
+    if rep.get("causes"):
+        out.append("  possible causes, most likely first:")
+        for i, c in enumerate(rep["causes"], 1):
+            out.append(f"    {i}. [{c['phase']}] {c['text']} ({c['evidence']})")
+    if rep.get("timeline"):
+        out.append(f"  timeline: {rep['timeline_text']}")
+        for t in rep["timeline"]:
+            mark = "done" if t["ended"] else "STOPPED"
+            out.append(
+                f"    {t['segment']:<22} +{_fmt_s(t['start_s']):>10}  "
+                f"{_fmt_s(t['duration_s']):>10}  {mark}"
+            )
+    cmp = rep.get("comparison") or {}
+    if cmp.get("closest"):
+        out.append(f"  closest run that worked: {cmp['text']}")
+        for d in cmp.get("differences", [])[:6]:
+            out.append(f"    {d['key']}: {d['this']} here, {d['worked']} there")
+    if rep.get("next_steps"):
+        out.append("  next steps:")
+        for s in rep["next_steps"]:
+            out.append(f"    - {s}")
+    return "\n".join(out)

@@ -1,0 +1,166 @@
+"""`forensics diagnose`: reports, comparison with runs that worked, missing logs, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import cli, main
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+# the seed story: the capture failure of one config, two configs that served
+RUNS = {
+    "sglang_eagle3_cg_3step.log": "gen/capture_oom-059-0.log",
+    "sglang_eagle3_cg_4step.log": "gen/ok_serve-059-0.log",
+    "sglang_eagle3_nocg_5step.log": "gen/ok_serve-046-0.log",
+}
+
+
+@pytest.fixture
+def store_with_runs(tmp_path):
+    logs = tmp_path / "eagle3"
+    logs.mkdir()
+    for name, src in RUNS.items():
+        (logs / name).write_bytes((CORPUS / src).read_bytes())
+    res = CliRunner().invoke(cli, ["ingest", str(logs / "*.log")])
+    assert res.exit_code == 0, res.output
+    return logs
+
+
+def test_diagnose_capture_failure_report(store_with_runs):
+    res = CliRunner().invoke(cli, ["diagnose", "3step"])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "phase capture, signature capture_failed" in out
+    assert "out of GPU memory while capturing" in out
+    # evidence as file:line and the text of that line
+    assert f"{store_with_runs}/sglang_eagle3_cg_3step.log:62: Scheduler hit an exception" in out
+    assert "stopped in `capture target`" in out
+    assert "closest run that worked: sglang_eagle3_" in out and "reached ready in" in out
+    assert "--mem-fraction-static" in out
+    assert "forensics diagnose sglang_eagle3_cg_3step --relaunch" in out
+
+
+def test_diagnose_json(store_with_runs):
+    res = CliRunner().invoke(cli, ["diagnose", "3step", "--json"])
+    (rep,) = json.loads(res.output)
+    assert (rep["phase"], rep["hung"], rep["signature"]) == ("capture", False, "capture_failed")
+    assert rep["evidence"][0]["where"].endswith("sglang_eagle3_cg_3step.log:62")
+    assert any(t["segment"] == "capture target" and not t["ended"] for t in rep["timeline"])
+    closest = rep["comparison"]["closest"]
+    assert closest["name"].startswith("sglang_eagle3_") and closest["ready_s"] > 0
+    assert {d["key"] for d in rep["comparison"]["differences"]}
+
+
+def test_several_matches_one_report_each_newest_first(store_with_runs):
+    res = CliRunner().invoke(cli, ["diagnose", "eagle3", "--json"])
+    reps = json.loads(res.output)
+    assert len(reps) == 3
+    starts = [r["started_at"] for r in reps]
+    assert starts == sorted(starts, reverse=True)
+    assert sorted(r["phase"] for r in reps) == ["capture", "ok", "ok"]
+
+
+def test_no_match_names_what_exists_exit_3(store_with_runs, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "7step"])
+    assert exc.value.code == 3
+    err = capsys.readouterr().err
+    assert "7step: no run matches" in err and "sglang_eagle3_cg_3step" in err
+
+
+def test_missing_log_is_evidence(tmp_path):
+    """S: the seed story's `tail: No such file or directory` (log dir exists)."""
+    (tmp_path / "eagle3").mkdir()
+    log = tmp_path / "eagle3" / "sglang_eagle3_cg_2step.log"
+    res = CliRunner().invoke(cli, ["diagnose", "2step", "--log", str(log), "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.output)
+    assert rep["phase"] in ("pre-exec", "cleanup")
+    assert rep["signature"] == "log_never_written"
+    causes = [c["cause"] for c in rep["causes"]]
+    assert set(causes) >= {
+        "cleanup-self-kill",
+        "and-after-pkill",
+        "cleanup-hang",
+        "log-dir-missing",
+        "wrong-path",
+    }
+    # the log's folder exists (checked), so that cause is ranked last
+    assert causes[-1] == "log-dir-missing"
+    assert any("--relaunch" in s for s in rep["next_steps"])
+
+
+def test_missing_log_dir_ranked_first(tmp_path):
+    log = tmp_path / "no-such-dir" / "sglang_eagle3_cg_2step.log"
+    res = CliRunner().invoke(cli, ["diagnose", "2step", "--log", str(log), "--json"])
+    (rep,) = json.loads(res.output)
+    assert rep["causes"][0]["cause"] == "log-dir-missing"
+    assert rep["phase"] == "pre-exec"
+    assert "does not exist" in rep["causes"][0]["evidence"]
+
+
+SEED_CHAIN = (
+    'pkill -f "sglang.launch_server" && sleep 2 && pkill -9 -f python3; sleep 3 && '
+    "fuser -k /dev/nvidia* 2>/dev/null; sleep 3 && "
+    'nohup bash -c "python3 -m sglang.launch_server --model-path /m --speculative-num-steps 2" '
+    "> {log} 2>&1 &"
+)
+
+
+def test_recorded_launch_whose_log_never_appeared(tmp_path):
+    """`diagnose 2step` with no ingested run: the recorded launch's chain ranks the causes."""
+    launcher = pytest.importorskip("forensics.launcher")
+    import datetime as dt
+
+    import polars as pl
+
+    from forensics.recipe import Recipe
+    from forensics.store import Store
+
+    (tmp_path / "eagle3").mkdir()
+    log = tmp_path / "eagle3" / "sglang_eagle3_cg_2step.log"
+    chain = SEED_CHAIN.format(log=log)
+    recipe = Recipe.from_shell(chain, name="sglang_eagle3_cg_2step")
+    row = {k: None for k in launcher.LAUNCH_SCHEMA}
+    now = dt.datetime.now()
+    row.update(
+        launch_id="l1",
+        name="sglang_eagle3_cg_2step",
+        host="local",
+        mode="launch",
+        log_path=str(log),
+        recipe=recipe.to_json(),
+        started_at=now,
+        updated_at=now,
+        status="failed",
+    )
+    store = Store.open(None)
+    with store.transaction() as tx:
+        tx.append("launches", pl.DataFrame([row], schema=launcher.LAUNCH_SCHEMA))
+    res = CliRunner().invoke(cli, ["diagnose", "2step", "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.output)
+    assert rep["signature"] == "log_never_written"
+    assert rep["causes"][0]["cause"] == "cleanup-self-kill"
+    assert rep["phase"] == "cleanup"
+    assert "step" in rep["causes"][0]["evidence"]
+
+
+def test_relaunch_of_unknown_name_is_a_clean_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "nothing-like-this", "--relaunch"])
+    assert exc.value.code in (2, 3)
+    assert capsys.readouterr().err.startswith("Error: ")
+
+
+def test_diagnose_existing_log_path(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_bytes((CORPUS / "hand" / "nccl_init_glog.log").read_bytes())
+    res = CliRunner().invoke(cli, ["diagnose", "x", "--log", str(log), "--json"])
+    (rep,) = json.loads(res.output)
+    assert (rep["phase"], rep["signature"]) == ("load", "nccl_error")

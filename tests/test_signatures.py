@@ -1,0 +1,118 @@
+"""The signature catalog: every entry hit by a real text, noise never taken for a cause."""
+
+from __future__ import annotations
+
+import pytest
+
+from forensics import signatures as sigs
+
+# One real (or reference §4) text per catalog entry.
+SAMPLES = {
+    "arg_error": "launch_server.py: error: argument --speculative-algorithm: invalid choice: 'EAGLE4'",
+    "invalid_server_args": "ValueError: speculative_eagle_topk > 1 with page_size > 1 is unstable",
+    "undefined_symbol": "ImportError: /x/sgl_kernel/common_ops.abi3.so: undefined symbol: _ZN3c10",
+    "import_error": "ModuleNotFoundError: No module named 'sgl_kernel'",
+    "missing_binary": "bash: line 1: python3.12: command not found",
+    "model_path_not_found": "OSError: /data/m is not a local folder and is not a valid model "
+    "identifier listed on 'https://huggingface.co/models'",
+    "port_in_use": "ERROR:    [Errno 98] error while attempting to bind on address "
+    "('127.0.0.1', 30000): address already in use",
+    "orphan_gpu_process": "The memory capacity is unbalanced. Some GPUs may be occupied by "
+    "other processes. min_per_gpu_memory=10.0",
+    "kv_pool_oom": "RuntimeError: Not enough memory. Please try to increase "
+    "--mem-fraction-static. Current value: mem_fraction_static=0.88",
+    "capture_failed": "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate",
+    "warmup_failed": "Initialization failed. warmup error: Traceback (most recent call last):",
+    "weight_load_oom": '  File "/x/sglang/srt/model_executor/model_runner.py", line 7, in '
+    "load_model\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "nccl_timeout": "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+    "OpType=ALLREDUCE) ran for 600001 milliseconds before timing out.",
+    "nccl_error": "RuntimeError: NCCL error: unhandled system error",
+    "illegal_memory_access": "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "device_side_assert": "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    "watchdog_timeout": "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+    "detokenizer_heartbeat": "Health check failed. Server couldn't get a response from "
+    "detokenizer for last 20 seconds. tic start time: 10:00:00. last_heartbeat time: 09:59:40",
+    "segfault": "Fatal Python error: Segmentation fault",
+    "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 GiB.",
+    "scheduler_died": "Rank 0 scheduler died during initialization (exit code: -9). If exit code "
+    "is -9 (SIGKILL), a common cause is the OS OOM killer.",
+}
+
+
+def test_every_catalog_entry_has_a_sample():
+    assert set(SAMPLES) == {s.id for s in sigs.SIGNATURES}
+
+
+@pytest.mark.parametrize("sid", sorted(SAMPLES))
+def test_catalog_entry_hit_by_its_text(sid):
+    hit = sigs.best(sigs.match(SAMPLES[sid]))
+    assert hit is not None and hit.signature.id == sid
+    assert sigs.BY_ID[sid].remedies and sigs.BY_ID[sid].explanation
+
+
+def _evidence(shared_dir, name):
+    return (shared_dir / "evidence" / "h200" / name).read_text()
+
+
+def test_h200_torch_oom_is_cuda_oom_and_weight_oom_on_load_frames(shared_dir):
+    text = _evidence(shared_dir, "torch.cuda-oom.txt")
+    assert sigs.best(sigs.match(text)).signature.id == "cuda_oom"
+    on_load = text.replace(
+        '  File "<string>", line 3, in <module>',
+        '  File "/x/sglang/srt/model_loader/loader.py", line 3, in load_model',
+    )
+    assert sigs.best(sigs.match(on_load)).signature.id == "weight_load_oom"
+
+
+def test_h200_capture_invalidated_is_capture_failed_with_its_cause(shared_dir):
+    hit = sigs.best(sigs.match(_evidence(shared_dir, "torch.capture-invalidated.txt")))
+    assert hit.signature.id == "capture_failed"
+    assert hit.cause["id"] == "stream_capture_invalidated"
+
+
+def test_h200_cupy_illegal_address(shared_dir):
+    hit = sigs.best(sigs.match(_evidence(shared_dir, "cupy.illegal-address.txt")))
+    assert hit.signature.id == "illegal_memory_access"
+
+
+def test_h200_device_assert(shared_dir):
+    hit = sigs.best(sigs.match(_evidence(shared_dir, "torch.device-assert.txt")))
+    assert hit.signature.id == "device_side_assert"
+
+
+def test_capture_failed_causes_oom_and_illegal_address():
+    oom = sigs.best(sigs.match("Exception: Capture cuda graph failed: CUDA out of memory."))
+    assert oom.cause["id"] == "oom"
+    ill = sigs.best(
+        sigs.match(
+            "Exception: Capture CUDA graph failed: CUDA error: an illegal "
+            "memory access was encountered"
+        )
+    )
+    assert ill.signature.id == "capture_failed" and ill.cause["id"] == "illegal_address"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/tmp/triton/kernel.py:41:12: error: operation scheduled before its operands",
+        "'--disable-cuda-graph' is deprecated and will be removed in a future release.",
+        "Received output for rid='a1b2' but the state was deleted in TokenizerManager.",
+    ],
+)
+def test_noise_is_never_a_cause(text):
+    assert sigs.noise_kind(text) is not None
+    assert sigs.match(text) == []
+
+
+def test_unknown_errors_group_by_template():
+    a = "KeyError: 'model.layers.12.self_attn.qkv_proj.weight' at /data/a/b.safetensors 0x7f00"
+    b = "KeyError: 'model.layers.77.self_attn.qkv_proj.weight' at /mnt/c/d.safetensors 0x1234"
+    assert sigs.unknown_id(a) == sigs.unknown_id(b)
+    assert sigs.unknown_id(a) != sigs.unknown_id("IndexError: index 3 is out of bounds")
+
+
+def test_remedy_placeholders_render():
+    assert "0.90" in sigs.render("raise it ({mem_up})", mem_up="--mem-fraction-static 0.90")
+    assert "{" not in sigs.render(sigs.BY_ID["kv_pool_oom"].remedies[0])
