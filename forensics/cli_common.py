@@ -94,3 +94,38 @@ def format_option(*, csv: bool = True):
         return f
 
     return deco
+
+
+def print_launch_result(res: dict, fmt: str) -> None:
+    """A launch or a journaled relaunch, for people (or JSON)."""
+    if fmt == "json":
+        echo_json(res)
+        return
+    click.echo(f"{res['name']} on {res['host']}: {res['status']}")
+    if res.get("cause"):
+        click.echo(f"cause: {res['cause']} (phase {res.get('phase')}, step {res.get('step')})")
+    if res.get("explanation"):
+        click.echo(res["explanation"])
+    journal = [e for e in res.get("evidence") or [] if isinstance(e, dict)]
+    if journal:
+        click.echo("journal (evidence):")
+        for e in journal[:30]:
+            who = f"step {e['step']}" if e.get("step") is not None else "wrapper"
+            bits = []
+            if e.get("orig"):
+                bits.append(str(e["orig"])[:100])
+            if e.get("pid") is not None:
+                bits.append(f"pid {e['pid']}")
+            if e.get("rc") is not None:
+                bits.append(f"rc {e['rc']}")
+            if e.get("signal"):
+                bits.append(f"signal {e['signal']}")
+            if e.get("waiting_on"):
+                bits.append(f"waiting on {e['waiting_on']}")
+            seq = e.get("seq", "")
+            click.echo(f"  #{seq} {e.get('event') or '':<8} {who}: {', '.join(bits)}")
+    for step in res.get("next_steps") or []:
+        click.echo(f"  try: {step}")
+    click.echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
+    if res.get("pgid") and res["status"] == "ready":
+        click.echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")

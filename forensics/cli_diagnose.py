@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import echo_json, get_store
+from forensics.cli_common import echo_json, get_store, print_launch_result
 
 
 class _FilesByDefault(click.Group):
@@ -138,6 +138,23 @@ def register(cli: click.Group) -> None:
         help="Diagnose this log path (a missing file is evidence too).",
     )
     @click.option("--host", default=None, help="Host of the log / launch (a config name).")
+    @click.option(
+        "--shell",
+        "shell_text",
+        default=None,
+        help="With --relaunch: the exact chain you ran (else the recorded launch or recipe).",
+    )
+    @click.option(
+        "--safe-patterns",
+        is_flag=True,
+        help="With --relaunch: replace broad kill patterns by a marker unique to the replay.",
+    )
+    @click.option(
+        "--sim", is_flag=True, help="With --relaunch: the simulated server in place of SGLang."
+    )
+    @click.option("--sim-speed", type=float, default=200.0, show_default=True, hidden=True)
+    @click.option("--deadline", type=float, default=None, help="Seconds to wait for /health.")
+    @click.option("--step-deadline", type=float, default=None, help="Seconds per chain step.")
     @click.pass_context
     def diagnose_cmd(
         ctx: click.Context,
@@ -146,6 +163,12 @@ def register(cli: click.Group) -> None:
         relaunch: bool,
         log_path: str | None,
         host: str | None,
+        shell_text: str | None,
+        safe_patterns: bool,
+        sim: bool,
+        sim_speed: float,
+        deadline: float | None,
+        step_deadline: float | None,
     ) -> None:
         """Why did run MATCH fail: phase, signature, evidence, timeline, next steps.
 
@@ -155,19 +178,20 @@ def register(cli: click.Group) -> None:
         from forensics import diagnose as dg
 
         store = get_store(ctx)
+        if not relaunch and (shell_text or safe_patterns or sim):
+            raise click.UsageError("--shell, --safe-patterns and --sim go with --relaunch")
         if relaunch:
-            res = dg.relaunch(store, match, host=host)
-            if as_json:
-                echo_json(res)
-            else:
-                click.echo(
-                    f"{res.get('name', match)}: {res.get('status', '?')}; cause "
-                    f"{res.get('cause') or '—'} (phase {res.get('phase') or '?'})"
-                )
-                if res.get("explanation"):
-                    click.echo(f"  why: {res['explanation']}")
-                for s in res.get("next_steps") or []:
-                    click.echo(f"  - {s}")
+            res = dg.relaunch(
+                store,
+                match,
+                host=host,
+                shell=shell_text,
+                safe_patterns=safe_patterns,
+                sim={"speed": sim_speed} if sim else None,
+                deadline=deadline,
+                step_deadline=step_deadline,
+            )
+            print_launch_result(res, "json" if as_json else "table")
             return
         reports = dg.diagnose(store, match, log=log_path, host=host)
         if as_json:

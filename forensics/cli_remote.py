@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from forensics.cli_common import echo_json, emit_frame, get_store
+from forensics.cli_common import echo_json, emit_frame, get_store, print_launch_result
 
 
 def _progress(event: dict) -> None:
@@ -22,22 +22,6 @@ def _progress(event: dict) -> None:
         click.echo("  /health: 200 (ready)", err=True)
     elif kind == "server":
         click.echo(f"  server started (pgid {event.get('pid')})", err=True)
-
-
-def _print_result(res: dict, fmt: str) -> None:
-    if fmt == "json":
-        echo_json(res)
-        return
-    click.echo(f"{res['name']} on {res['host']}: {res['status']}")
-    if res.get("cause"):
-        click.echo(f"cause: {res['cause']} (phase {res.get('phase')}, step {res.get('step')})")
-    if res.get("explanation"):
-        click.echo(res["explanation"])
-    for step in res.get("next_steps") or []:
-        click.echo(f"  try: {step}")
-    click.echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
-    if res.get("pgid") and res["status"] == "ready":
-        click.echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")
 
 
 def register(cli: click.Group) -> None:
@@ -198,7 +182,7 @@ def register(cli: click.Group) -> None:
             res = launcher.launch(
                 store, recipe, host=host, deadline=deadline, progress=progress, sim=simopts
             )
-        _print_result(res, "json" if as_json else "table")
+        print_launch_result(res, "json" if as_json else "table")
         if res["status"] not in ("ready",):
             sys.exit(6 if res["status"] == "timeout" else 1)
 

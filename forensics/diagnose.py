@@ -373,6 +373,7 @@ def diagnose(
         hits = find_runs(store, match)
     except RunNotFound as exc:
         reports = [_launch_report(store, la) for la in launches]
+        reports += [_recipe_report(r) for r in _find_recipes(match)] if not launches else []
         reports = [r for r in reports if r is not None]
         if reports:
             return reports
@@ -413,6 +414,27 @@ def _chain_of(launch: dict[str, Any] | None) -> str | None:
             return json.loads(rec).get("shell")
         except (ValueError, AttributeError):
             return None
+
+
+def _find_recipes(match: str) -> list[Any]:
+    """Configured ``[recipes.NAME]`` whose name contains ``match`` (the chain the user runs)."""
+    try:
+        from forensics.recipe import load_recipes
+
+        recipes = load_recipes()
+    except ImportError:
+        return []
+    m = match.lower()
+    return [r for name, r in sorted(recipes.items()) if m in name.lower()]
+
+
+def _recipe_report(recipe: Any) -> dict[str, Any] | None:
+    """A configured recipe whose log does not exist: the launch died before writing it."""
+    log_path = getattr(recipe, "log_path", None)
+    if not log_path or _exists(log_path, recipe.host) is not False:
+        return None
+    chain = getattr(recipe, "shell", None) or recipe.chain_text()
+    return missing_log_report(recipe.name, log_path, chain=chain, host=recipe.host)
 
 
 def _launch_report(store, la: dict[str, Any]) -> dict[str, Any] | None:
@@ -461,8 +483,21 @@ def _diagnose_file(path: str, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def relaunch(store, name: str, *, host: str | None = None) -> dict[str, Any]:
-    """Replay the launch under the journal (forensics.launcher) and return its diagnosis."""
+def relaunch(
+    store,
+    name: str,
+    *,
+    host: str | None = None,
+    shell: str | None = None,
+    safe_patterns: bool = False,
+    sim: dict[str, Any] | None = None,
+    deadline: float | None = None,
+    step_deadline: float | None = None,
+) -> dict[str, Any]:
+    """Replay the launch under the journal (forensics.launcher) and return its diagnosis.
+
+    ``shell``: the chain as typed (else the recorded launch, else ``[recipes.NAME]``).
+    """
     try:
         from forensics import launcher
     except ImportError as exc:
@@ -472,7 +507,21 @@ def relaunch(store, name: str, *, host: str | None = None) -> dict[str, Any]:
             f"{name}: --relaunch needs forensics.launcher, which is not available ({exc})",
             hint=f"forensics diagnose {name} without --relaunch",
         ) from exc
-    return launcher.relaunch(store, name, host=host)
+    recipe = None
+    if shell is not None:
+        from forensics.recipe import Recipe
+
+        recipe = Recipe.from_shell(shell, name=None, host=host)
+    return launcher.relaunch(
+        store,
+        name,
+        host=host,
+        recipe=recipe,
+        safe_patterns=safe_patterns,
+        sim=sim,
+        deadline=deadline,
+        step_deadline=step_deadline,
+    )
 
 
 def render_text(rep: dict[str, Any]) -> str:
