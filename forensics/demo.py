@@ -27,7 +27,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-OUT = Path("demo-out")
+OUT = Path(os.environ.get("FORENSICS_DEMO_OUT", "demo-out"))
+# FORENSICS_DEMO_FAST=1: shorter benchmarks (the test suite runs the demo this way)
+FAST = os.environ.get("FORENSICS_DEMO_FAST", "") not in ("", "0")
 SEED_CHAIN = (
     'pkill -f "sglang.launch_server" && sleep 2 && pkill -9 -f python3; sleep 3 && '
     "fuser -k /dev/nvidia* 2>/dev/null; sleep 3 && "
@@ -36,7 +38,11 @@ SEED_CHAIN = (
     "--speculative-num-steps 2 --speculative-eagle-topk 4 --speculative-num-draft-tokens 5 "
     '--port {port}" > {log} 2>&1 &'
 )
-BENCH_ARGS = ["--num-prompts", "4", "--max-new-tokens", "256", "--warmup", "1"]
+BENCH_ARGS = (
+    ["--num-prompts", "2", "--max-new-tokens", "48", "--warmup", "1"]
+    if FAST
+    else ["--num-prompts", "4", "--max-new-tokens", "256", "--warmup", "1"]
+)
 
 console = Console(highlight=False, width=max(100, shutil.get_terminal_size((120, 40)).columns))
 
