@@ -52,6 +52,17 @@ PREFIX_RX = re.compile(
     r")"
 )
 CONTAINER_ONLY_RX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| ?")
+# Transport prefixes put before every line by whatever collected the log (not by SGLang):
+# stripped, so the line reads as SGLang wrote it. (name, pattern); they may stack.
+OUTER_PREFIXES: list[tuple[str, str]] = [
+    # kubectl logs --timestamps: 2026-03-02T09:00:00.123456789Z msg
+    ("kubectl", r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) "),
+    # journalctl: Mar 02 09:00:00 host unit[pid]: msg
+    ("journald", r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [\w.-]+ [\w.@/-]+(?:\[\d+\])?: "),
+    # torchrun --tee / torch.distributed: [default0]:msg, [rank0]:msg
+    ("torchrun", r"\[(?:default|rank)\d+\]: ?"),
+]
+OUTER_RX = re.compile("^(?:" + "|".join(f"(?:{p})" for _, p in OUTER_PREFIXES) + ")")
 _RANK_TAG_RX = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 ANSI_RX = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
@@ -182,7 +193,8 @@ RULES: list[tuple[str, str, str | None, str]] = [
     ),
     ("nccl_error", r"NCCL error", None, "error"),
     ("port_wait", r"^port \d+ is in use\. Waiting|^Port is already in use\.", None, "error"),
-    ("argparse_usage", r"^usage: ", None, "usage"),
+    # `usage: launch_server.py [-h] ...` (not a wrapped `token usage: 0.37` piece)
+    ("argparse_usage", r"^usage: [\w./-]+(?: [\w./-]+)? [\[-]", None, "usage"),
     ("argparse_error", r"^[\w./ -]+: error: ", None, "error"),
     ("fatal_python", r"^Fatal Python error: ", None, "error"),
     ("flush_cache", r"^Cache (?:flushed successfully|not flushed)", None, "info"),
@@ -240,7 +252,8 @@ def _scoped(pattern: str) -> str:
 # matches wins, which is the table's order. Rules anchored at ``^`` are tried with one
 # ``match``; the others with one ``search`` that only says whether any of them can match.
 _ANCHORED = [
-    i for i, (_, p, _, _) in enumerate(RULES)
+    i
+    for i, (_, p, _, _) in enumerate(RULES)
     if all(a.lstrip("(?i)").startswith("^") for a in _top_alternatives(p.removeprefix("(?i)")))
 ]
 _FLOATING = [i for i in range(len(RULES)) if i not in _ANCHORED]
@@ -267,6 +280,12 @@ def match_rule(msg: str) -> tuple[str, re.Match[str], str | None, str] | None:
         return name, rx.match(msg), stage, kind
     return None
 
+
+# A traceback frame line with no open traceback: the header was lost.
+ORPHAN_FRAME_RX = re.compile(r'^\s+File "[^"]+", line \d+, in \S|^\s+File "/')
+# After a frame line, a flush-left piece that is no exception line: the rest of the frame line,
+# hard-wrapped at the screen width (a copy from a terminal, a mail).
+WRAP_PIECE_RX = re.compile(r'^[\w<>.,/" -]+$')
 # Traceback continuation lines (unprefixed) and the final exception line.
 TB_CONT_RX = re.compile(
     r"^(?:\s+\S|\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b)"
@@ -829,6 +848,11 @@ class LogParser:
 
         # a container prefix (`svc-1  | `) on a line with no log prefix after it: strip it,
         # so bare stderr lines and traceback continuations read as they do without it
+        for _ in range(3):
+            om = OUTER_RX.match(raw)
+            if om is None or om.end() == 0:
+                break
+            raw = raw[om.end() :]
         cm = CONTAINER_ONLY_RX.match(raw)
         if cm and not PREFIX_RX.match(raw[cm.end() :]):
             raw = raw[cm.end() :]
@@ -861,7 +885,11 @@ class LogParser:
         stripped = msg.strip()
         # an open traceback takes unprefixed continuation lines
         if self._tb is not None:
-            if not prefixed and (TB_CONT_RX.match(msg) or self._tb["in_message"]):
+            if not prefixed and (
+                TB_CONT_RX.match(msg)
+                or self._tb["in_message"]
+                or (self._tb.get("wrap", 0) and WRAP_PIECE_RX.match(msg))
+            ):
                 if stripped or self._tb["lines"] < 400:
                     self._tb_add(line_no, msg)
                     bump("traceback")
@@ -876,6 +904,15 @@ class LogParser:
             return
         self.runs[self.run_index]["has_content"] = True
 
+        if not prefixed and ORPHAN_FRAME_RX.match(msg):
+            # a traceback whose header is not in the log (a pasted fragment, the last screen,
+            # another rank's line in between): its frames still say where it happened
+            self._open_traceback(line_no, ts, rank, "")
+            self._tb_add(line_no, msg)
+            bump("traceback")
+            self._touch(line_no, ts)
+            self._emit_line(lines, line_no, ts, rank, "traceback_start", msg)
+            return
         rule = match_rule(msg)
         if rule is None:
             bump("unknown_prefixed" if prefixed else "unknown_bare")
@@ -1076,6 +1113,15 @@ class LogParser:
             tb["text"].append(msg)
             tb["size"] += len(msg) + 1
         s = msg.rstrip()
+        if s.lstrip().startswith('File "') or (s.startswith((" ", "\t")) and tb.get("wrap")):
+            # pieces of a hard-wrapped frame or code line may follow, flush left (frames_of
+            # rejoins a frame line's pieces)
+            tb["wrap"] = 3
+        elif tb.get("wrap") and WRAP_PIECE_RX.match(s) and not EXC_LINE_RX.match(s):
+            tb["wrap"] -= 1
+            return
+        else:
+            tb["wrap"] = 0
         if not s.startswith((" ", "\t")):
             em = EXC_LINE_RX.match(s)
             if em:
@@ -1194,49 +1240,12 @@ class LogParser:
             if sub.is_empty():
                 out.append(empty(which.lower()))
                 continue
-            r = pl.col("rest")
-            cols = []
-            known = []
-            found = []
-            for col, key, _typ in fields:
-                known.append(re.escape(key) + r": (?:-?[\d.]+|nan|inf)%?")
-                # literal find + short slice: far cheaper than a capture regex per field
-                pos = (
-                    pl.when(r.str.starts_with(key + ": "))
-                    .then(pl.lit(-2, dtype=pl.Int64))
-                    .otherwise(r.str.find(", " + key + ": ", literal=True).cast(pl.Int64))
-                )
-                raw = (
-                    r.str.slice(pos + len(key) + 4, 32)
-                    .str.split_exact(",", 0)
-                    .struct.field("field_0")
-                    .str.strip_chars(" %")
-                )
-                dtype = schema[col]
-                cols.append(raw.cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(col))
-                found.append(pos.is_not_null().cast(pl.Int32))
-            graph = r.str.extract(r"(?:^|, )" + GRAPH_KEY + r": (True|False)", 1)
-            known.append(GRAPH_KEY + r": (?:True|False)")
-            cols.append((graph == "True").alias("cuda_graph"))
-            found.append(graph.is_not_null().cast(pl.Int32))
-            # segments not matched by a known key go to `extra` (kept, never dropped)
-            nseg = r.str.strip_chars_end(", ").str.count_matches(", ", literal=True) + 1
-            cols.append((nseg - pl.sum_horizontal(found)).alias("_unknown"))
-            sub = sub.with_columns(cols)
-            if (sub["_unknown"].max() or 0) > 0:  # all-null when no line kept its head
-                leftover = r.str.replace_all(
-                    r"(?:^|, )(?:" + "|".join(known) + r")", ""
-                ).str.strip_chars(", ")
-                sub = sub.with_columns(
-                    pl.when(pl.col("_unknown") > 0)
-                    .then(leftover)
-                    .otherwise(None)
-                    .map_elements(_extra_json, return_dtype=pl.String)
-                    .alias("extra")
-                )
-            else:
-                sub = sub.with_columns(pl.lit(None, dtype=pl.String).alias("extra"))
-            out.append(sub.select([pl.col(c).cast(dt_) for c, dt_ in schema.items()]))
+            done, rest = _fields_fast(sub, fields, schema)
+            frames_ = [done] if done is not None and not done.is_empty() else []
+            if not rest.is_empty():
+                frames_.append(_fields_general(rest, fields, schema))
+            res = pl.concat(frames_, how="vertical_relaxed") if len(frames_) > 1 else frames_[0]
+            out.append(res.sort("line") if len(frames_) > 1 else res)
         return out[0], out[1]
 
     def _runs_frame(self) -> pl.DataFrame:
@@ -1272,6 +1281,125 @@ class LogParser:
         if not rows:
             return empty("runs")
         return pl.DataFrame(rows, schema=RUN_SCHEMA, strict=False)
+
+
+def _fields_general(sub: pl.DataFrame, fields: list, schema: dict) -> pl.DataFrame:
+    """Key/value fields of metrics lines in any layout: one literal find per known key."""
+    r = pl.col("rest")
+    cols = []
+    known = []
+    found = []
+    for col, key, _typ in fields:
+        known.append(re.escape(key) + r": (?:-?[\d.]+|nan|inf)%?")
+        # literal find + short slice: far cheaper than a capture regex per field
+        pos = (
+            pl.when(r.str.starts_with(key + ": "))
+            .then(pl.lit(-2, dtype=pl.Int64))
+            .otherwise(r.str.find(", " + key + ": ", literal=True).cast(pl.Int64))
+        )
+        raw = (
+            r.str.slice(pos + len(key) + 4, 32)
+            .str.split_exact(",", 0)
+            .struct.field("field_0")
+            .str.strip_chars(" %")
+        )
+        dtype = schema[col]
+        cols.append(raw.cast(pl.Float64, strict=False).cast(dtype, strict=False).alias(col))
+        found.append(pos.is_not_null().cast(pl.Int32))
+    graph = r.str.extract(r"(?:^|, )" + GRAPH_KEY + r": (True|False)", 1)
+    known.append(GRAPH_KEY + r": (?:True|False)")
+    cols.append((graph == "True").alias("cuda_graph"))
+    found.append(graph.is_not_null().cast(pl.Int32))
+    # segments not matched by a known key go to `extra` (kept, never dropped)
+    nseg = r.str.strip_chars_end(", ").str.count_matches(", ", literal=True) + 1
+    cols.append((nseg - pl.sum_horizontal(found)).alias("_unknown"))
+    sub = sub.with_columns(cols)
+    if (sub["_unknown"].max() or 0) > 0:  # all-null when no line kept its head
+        leftover = r.str.replace_all(r"(?:^|, )(?:" + "|".join(known) + r")", "").str.strip_chars(
+            ", "
+        )
+        sub = sub.with_columns(
+            pl.when(pl.col("_unknown") > 0)
+            .then(leftover)
+            .otherwise(None)
+            .map_elements(_extra_json, return_dtype=pl.String)
+            .alias("extra")
+        )
+    else:
+        sub = sub.with_columns(pl.lit(None, dtype=pl.String).alias("extra"))
+    return sub.select([pl.col(c).cast(dt_) for c, dt_ in schema.items()])
+
+
+def _json_value(v: pl.Expr) -> pl.Expr:
+    numeric = v.str.contains(r"^-?\d+(?:\.\d+)?(?:e[-+]?\d+)?$")
+    quoted = (
+        pl.lit('"')
+        + v.str.replace_all("\\", "\\\\", literal=True).str.replace_all('"', '\\"', literal=True)
+        + pl.lit('"')
+    )
+    return pl.when(numeric).then(v).otherwise(quoted)
+
+
+def _fields_fast(
+    sub: pl.DataFrame, fields: list, schema: dict
+) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    """The common case: every line has the key layout of the first one (one run, one version).
+
+    One ``splitn`` per line and a prefix check per key, instead of a search per key. Lines
+    that do not fit the layout are returned for the general path.
+    """
+    first = sub["rest"].drop_nulls().head(1).to_list()
+    if not first:
+        return None, sub
+    segs = [x for x in first[0].rstrip().rstrip(",").split(", ") if x]
+    keys = [seg.partition(": ")[0] for seg in segs]
+    if not keys or any(not k or ": " not in seg for k, seg in zip(keys, segs)):
+        return None, sub
+    n = len(keys)
+    split = sub.with_columns(
+        pl.col("rest").str.strip_chars_end(", ").str.splitn(", ", n).alias("_s")
+    ).unnest("_s")
+    names = [f"field_{i}" for i in range(n)]
+    ok = pl.all_horizontal(
+        [pl.col(c).str.starts_with(k + ": ").fill_null(False) for c, k in zip(names, keys)]
+        + [~pl.col(names[-1]).str.contains(", ", literal=True).fill_null(True)]
+    )
+    split = split.with_columns(ok.alias("_ok"))
+    good = split.filter(pl.col("_ok"))
+    bad = sub.filter(split["_ok"].not_())
+    if good.is_empty():
+        return None, sub
+    by_key = {k: (c, len(k) + 2) for c, k in zip(names, keys)}
+    cols = []
+    for col, key, _typ in fields:
+        if key in by_key:
+            c, off = by_key[key]
+            v = pl.col(c).str.slice(off).str.strip_chars(" %")
+            cols.append(v.cast(pl.Float64, strict=False).cast(schema[col], strict=False).alias(col))
+        else:
+            cols.append(pl.lit(None, dtype=schema[col]).alias(col))
+    graph = [k for k in keys if re.fullmatch(GRAPH_KEY, k)]
+    if graph:
+        c, off = by_key[graph[0]]
+        cols.append((pl.col(c).str.slice(off) == "True").alias("cuda_graph"))
+    else:
+        cols.append(pl.lit(None, dtype=pl.Boolean).alias("cuda_graph"))
+    known = {key for _, key, _ in fields} | set(graph)
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        parts_ = []
+        for i, k in enumerate(unknown):
+            c, off = by_key[k]
+            parts_ += [
+                pl.lit(("{" if i == 0 else ", ") + json.dumps(k) + ": "),
+                _json_value(pl.col(c).str.slice(off).str.strip_chars_end("%")),
+            ]
+        parts_.append(pl.lit("}"))
+        cols.append(pl.concat_str(parts_).alias("extra"))
+    else:
+        cols.append(pl.lit(None, dtype=pl.String).alias("extra"))
+    done = good.with_columns(cols).select([pl.col(c).cast(dt_) for c, dt_ in schema.items()])
+    return done, bad
 
 
 def _extra_json(s: str | None) -> str | None:

@@ -24,7 +24,7 @@ FRAGMENTS = [p for _, p, _, _ in S.RULES] + [
     "Load weight end. ",
     "Capture cuda graph failed: ",
     "RuntimeError: CUDA error: an illegal memory access was encountered",
-    "INFO:     127.0.0.1:5 - \"GET /health HTTP/1.1\" 200 OK",
+    'INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK',
     "Scheduler hit an exception: ",
     "deprecated",
     "Warning: ",
@@ -50,3 +50,62 @@ def test_every_fixture_line_matches_like_the_table():
 def test_random_messages_match_like_the_table(parts):
     msg = "".join(parts)
     assert got(msg) == naive(msg)
+
+
+def _batch_parts(text: str) -> "list":
+    import polars as pl
+
+    lines = [ln for ln in text.splitlines() if "Decode batch" in ln or "Prefill batch" in ln]
+    out = []
+    for which, key in (("Decode", "Decode batch"), ("Prefill", "Prefill batch")):
+        rows = [ln for ln in lines if key in ln]
+        if not rows:
+            continue
+        rest = [
+            ln[ln.find(key) + len(key) :].lstrip(" [0123456789]").lstrip(".,").lstrip()
+            for ln in rows
+        ]
+        df = pl.DataFrame(
+            {
+                "rest": rest,
+                "run_index": [0] * len(rows),
+                "line": list(range(1, len(rows) + 1)),
+                "ts": [None] * len(rows),
+                "rank": [""] * len(rows),
+                "iter": [None] * len(rows),
+            },
+            schema_overrides={"ts": pl.Datetime("us"), "iter": pl.Int64, "run_index": pl.Int32},
+        )
+        out.append((which, df))
+    return out
+
+
+def _norm(df):
+    import json
+
+    rows = df.to_dicts()
+    for r in rows:
+        r["extra"] = json.loads(r["extra"]) if r["extra"] else None
+    return rows
+
+
+def test_fast_metrics_path_equals_the_general_path_on_every_fixture():
+    root = Path(__file__).resolve().parent.parent / "fixtures"
+    checked = 0
+    for f in sorted(root.glob("*.log")):
+        text = f.read_bytes().decode("utf-8", errors="replace")
+        for which, df in _batch_parts(text):
+            fields, schema = (
+                (S.DECODE_FIELDS, S.DECODE_SCHEMA)
+                if which == "Decode"
+                else (S.PREFILL_FIELDS, S.PREFILL_SCHEMA)
+            )
+            fast, rest = S._fields_fast(df, fields, schema)
+            if fast is None or fast.is_empty():
+                continue
+            general = S._fields_general(
+                df.filter(df["line"].is_in(fast["line"].implode())), fields, schema
+            )
+            assert _norm(fast) == _norm(general), f.name
+            checked += len(fast)
+    assert checked > 50
