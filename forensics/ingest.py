@@ -23,15 +23,15 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageError
 from forensics.store import Store
-from parsers.sglang import SCHEMAS, Frames, LogParser
 
-READ_CHUNK = 8 << 20
+if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
+    from parsers.sglang import Frames
+
+READ_CHUNK = 4 << 20
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 HEAD_BYTES = 4096
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".gz")
@@ -193,9 +193,12 @@ class _Buffer:
     """Frames accumulated for one source, written as parts every FLUSH_ROWS rows."""
 
     def __init__(self, tx: Any, sid: str):
+        import polars as pl
+
+        self.pl = pl
         self.tx = tx
         self.sid = sid
-        self.pending: dict[str, list[pl.DataFrame]] = {t: [] for t in PER_SOURCE_TABLES}
+        self.pending: dict[str, list[Any]] = {t: [] for t in PER_SOURCE_TABLES}
         self.rows: dict[str, int] = dict.fromkeys(PER_SOURCE_TABLES, 0)
 
     def add(self, frames: Frames, *, part_sid: str | None = None, path: str, host: str) -> None:
@@ -203,7 +206,7 @@ class _Buffer:
             df = getattr(frames, t)
             if df.is_empty():
                 continue
-            df = df.with_columns(pl.lit(self.sid).alias("source_id"))
+            df = df.with_columns(self.pl.lit(self.sid).alias("source_id"))
             if part_sid is not None:
                 self.tx.append(t, df, source_id=part_sid)
                 continue
@@ -216,7 +219,9 @@ class _Buffer:
         for t in [table] if table else PER_SOURCE_TABLES:
             if self.pending[t]:
                 self.tx.append(
-                    t, pl.concat(self.pending[t], how="vertical_relaxed"), source_id=self.sid
+                    t,
+                    self.pl.concat(self.pending[t], how="vertical_relaxed"),
+                    source_id=self.sid,
                 )
                 self.pending[t] = []
                 self.rows[t] = 0
@@ -386,6 +391,10 @@ def _ingest_one(
         if st.size == 0:
             summary.warnings.append(f"{path}: empty file (0 bytes)")
         date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+        import polars as pl
+
+        from parsers.sglang import LogParser
+
         parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
         buf = _Buffer(tx, sid)
         consumed = offset
@@ -458,4 +467,4 @@ def exit_code_for(summary: IngestSummary) -> int:
     return EXIT_PARTIAL if bad else 0
 
 
-__all__ = ["ingest", "IngestSummary", "FileOutcome", "expand_inputs", "source_id", "SCHEMAS"]
+__all__ = ["ingest", "IngestSummary", "FileOutcome", "expand_inputs", "source_id"]

@@ -25,11 +25,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from forensics.errors import StoreError, StoreLocked
+
+if TYPE_CHECKING:  # polars is imported where tables are read, not to check a manifest
+    import polars as pl
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -111,9 +112,7 @@ class Store:
     def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> Store:
         root = Path(path).expanduser() if path else default_root()
         if root.exists() and not root.is_dir():
-            raise StoreError(
-                f"{root}: store path is a file, not a folder", hint="pass --store DIR"
-            )
+            raise StoreError(f"{root}: store path is a file, not a folder", hint="pass --store DIR")
         if not root.exists():
             if not create:
                 return cls(root)
@@ -136,6 +135,8 @@ class Store:
     # -- reading -----------------------------------------------------------------------
     def table(self, name: str) -> pl.DataFrame:
         """All committed rows of a table (an empty frame when it has none)."""
+        import polars as pl
+
         man = self.manifest()
         if man.generation != self._cache_gen:
             self._cache.clear()
