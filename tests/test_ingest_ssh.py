@@ -58,7 +58,10 @@ def test_remote_glob_ingest_matches_local_and_is_incremental(ssh_config, tmp_pat
     assert grown["files_by_status"] == {"grown": 1, "unchanged": 1}
     assert grown["bytes_parsed"] == len(extra)
     after = {r["name"]: r for r in _runs()}
-    assert after["sglang_eagle3_cg_5dt"]["decode_lines"] == remote["sglang_eagle3_cg_5dt"]["decode_lines"] + 1
+    assert (
+        after["sglang_eagle3_cg_5dt"]["decode_lines"]
+        == remote["sglang_eagle3_cg_5dt"]["decode_lines"] + 1
+    )
 
 
 def test_remote_missing_file_is_one_line_exit_3(ssh_config, tmp_path):
