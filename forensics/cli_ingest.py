@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -43,7 +44,9 @@ def register(cli: click.Group) -> None:
     help="Regex with named groups (num_steps, topk, num_draft_tokens, cuda_graph, ...) "
     "to read the configuration from file names.",
 )
-@click.option("--lock-timeout", type=float, default=None, help="Seconds to wait for the store lock.")
+@click.option(
+    "--lock-timeout", type=float, default=None, help="Seconds to wait for the store lock."
+)
 @click.option(
     "--trust-new-host",
     is_flag=True,
@@ -62,23 +65,40 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
 
     store = get_store(ctx)
     progress = None
+    bar = None
     if not as_json and sys.stderr.isatty():
-        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
 
-        console = Console(stderr=True)
+        bar = Progress(
+            TextColumn("[dim]{task.fields[n]}[/dim] {task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            transient=True,
+        )
+        tasks: dict[str, int] = {}
 
-        def progress(path: str, i: int, n: int) -> None:
-            console.print(f"[dim][{i + 1}/{n}][/dim] {path}", highlight=False)
+        def progress(path: str, i: int, n: int, done: int, total: int) -> None:
+            if path not in tasks:
+                tasks[path] = bar.add_task(path[-60:], total=None, n=f"[{i + 1}/{n}]")
+            bar.update(tasks[path], completed=done, total=total or None)
 
-    summary = ingest(
-        store,
-        list(inputs),
-        recursive=recursive,
-        name_pattern=name_pattern,
-        progress=progress,
-        lock_timeout=lock_timeout,
-        trust_new_host=trust_new_host,
-    )
+    with bar if bar is not None else contextlib.nullcontext():
+        summary = ingest(
+            store,
+            list(inputs),
+            recursive=recursive,
+            name_pattern=name_pattern,
+            progress=progress,
+            lock_timeout=lock_timeout,
+            trust_new_host=trust_new_host,
+        )
     data = summary.as_dict()
     if as_json:
         echo_json(data)

@@ -269,7 +269,7 @@ def ingest(
     *,
     recursive: bool = False,
     name_pattern: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Callable[[str, int, int, int, int], None] | None = None,
     lock_timeout: float | None = None,
     trust_new_host: bool = False,
 ) -> IngestSummary:
@@ -291,9 +291,14 @@ def ingest(
     )
     try:
         for i, (host, path) in enumerate(files):
+            report = None
             if progress:
-                progress(path, i, len(files))
-            outcome = _ingest_one(store, host, path, summary, name_pattern, lock_timeout)
+
+                def report(done: int, total: int, _p=path, _i=i) -> None:
+                    progress(_p, _i, len(files), done, total)
+
+                report(0, 0)
+            outcome = _ingest_one(store, host, path, summary, name_pattern, lock_timeout, report)
             summary.files.append(outcome)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -315,7 +320,9 @@ def _ingest_one(
     summary: IngestSummary,
     name_pattern: str | None,
     lock_timeout: float | None,
+    report: Callable[[int, int], None] | None = None,
 ) -> FileOutcome:
+    """Ingest one file in one transaction; ``report(done_bytes, total_bytes)`` per chunk."""
     from forensics.hosts import ReadIncomplete
 
     hname = host.name
@@ -406,6 +413,8 @@ def _ingest_one(
                 _account(summary, out, frames)
                 buf.add(frames, path=path, host=hname)
                 last_frames = frames
+                if report:
+                    report(consumed - offset, max(0, st.size - offset))
         except ReadIncomplete as exc:
             summary.warnings.append(f"{path}: {exc.message}; kept what was read")
             out.reason = "incomplete"
