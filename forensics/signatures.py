@@ -54,6 +54,9 @@ CATALOG: list[dict[str, Any]] = [
             r"is incompatible with --speculative",
             r"speculative_num_draft_tokens .*must",
         ],
+        # a bare `assert` (or a ValueError) in the argument checks names no flag: only the
+        # stack says it was the validation of the server arguments
+        "framed_patterns": [r"^(?:AssertionError|ValueError)\b"],
         "frames": r"server_args\.py|__post_init__|check_server_args|prepare_server_args|"
         r"speculative_hook|_handle_speculative",
         "frames_optional": True,
@@ -157,7 +160,8 @@ CATALOG: list[dict[str, Any]] = [
     {
         "id": "orphan_gpu_process",
         "patterns": [
-            r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes",
+            # SGLang's own text; its head is enough (the rest may be wrapped or cut)
+            r"The memory capacity is unbalanced",
             r"CUDA-capable device\(s\) is/are busy or unavailable",
             r"cudaErrorDevicesUnavailable",
             r"GPU \d+ .*(?:occupied|in use) by (?:another|other) process",
@@ -441,6 +445,8 @@ class Signature:
     frames: re.Pattern[str] | None = None
     frames_optional: bool = False
     phase_from: str = "frames"  # "stage": the frames are the reporter's, not the failure's
+    # patterns that count only when the traceback's frames match ``frames`` (optional or not)
+    framed: tuple[re.Pattern[str], ...] = ()
 
 
 @dataclass
@@ -467,6 +473,7 @@ def _compile() -> list[Signature]:
                 frames=re.compile(e["frames"]) if e.get("frames") else None,
                 frames_optional=e.get("frames_optional", False),
                 phase_from=e.get("phase_from", "frames"),
+                framed=tuple(re.compile(p, re.M) for p in e.get("framed_patterns", ())),
             )
         )
     return out
@@ -480,9 +487,40 @@ _CAUSES = [(c, [re.compile(p) for p in c["patterns"]]) for c in CAPTURE_CAUSES]
 FRAME_RX = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
 
 
+_FRAME_START = re.compile(r'^\s*File "')
+_FRAME_END = re.compile(r'", line \d+, in [\w<>.]+\s*$')
+_WRAP_PIECE = re.compile(r'^[\w<>.,/" -]+$')
+_EXC_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Warning)\b")
+
+
+def unwrap_frames(text: str) -> str:
+    """Rejoin frame lines a terminal or a mail client hard-wrapped at the screen width."""
+    if "File " not in (text or ""):
+        return text or ""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        j = i + 1
+        if _FRAME_START.match(ln):
+            # the pieces that follow it flush left (no exception line) belong to it
+            while (
+                j < len(lines)
+                and j - i <= 3
+                and _WRAP_PIECE.match(lines[j])
+                and not _EXC_LINE.match(lines[j])
+            ):
+                ln += lines[j]
+                j += 1
+        out.append(ln)
+        i = j
+    return "\n".join(out)
+
+
 def frames_of(text: str) -> list[tuple[str, str]]:
     """(file, function) of every frame in a traceback text, outermost first."""
-    return [(m.group("file"), m.group("func")) for m in FRAME_RX.finditer(text or "")]
+    return [(m.group("file"), m.group("func")) for m in FRAME_RX.finditer(unwrap_frames(text))]
 
 
 def noise_kind(text: str) -> str | None:
@@ -508,12 +546,14 @@ def match(text: str, *, line: int | None = None, frames: str = "") -> list[Hit]:
         return hits
     frame_blob = frames or " ".join(f"{f} {fn}" for f, fn in frames_of(text))
     for sig in SIGNATURES:
-        for rx in sig.patterns:
+        for rx in sig.patterns + sig.framed:
             m = rx.search(text)
             if not m:
                 continue
-            if sig.frames is not None and not sig.frames_optional:
+            if sig.frames is not None and (not sig.frames_optional or rx in sig.framed):
                 if not sig.frames.search(frame_blob):
+                    if rx in sig.framed:
+                        continue
                     break
             hit = Hit(sig, text, line, {k: v for k, v in m.groupdict().items() if v})
             if sig.id == "capture_failed":

@@ -1242,9 +1242,46 @@ def messify(rng: random.Random, lines: list[str], mode: str, phase: str) -> list
     return lines
 
 
+def transport(rng: random.Random, lines: list[str], mode: str) -> list[str]:
+    """What a log collector or a copy does to every line: kubectl/journald/torchrun prefixes,
+    hard wraps at the screen width, a traceback pasted from the middle of its frames."""
+    if mode == "kubectl":
+        ns = rng.randrange(10**9)
+        return [
+            f"2026-03-02T08:{i // 60 % 60:02d}:{i % 60:02d}.{ns:09d}Z {ln}"
+            for i, ln in enumerate(lines)
+        ]
+    if mode == "journald":
+        host = rng.choice(["gpu-node-3", "h200-01", "dgx7"])
+        return [f"Mar 02 08:00:00 {host} python3[{rng.randint(1000, 99999)}]: {ln}" for ln in lines]
+    if mode == "torchrun":
+        return [f"[default{rng.randint(0, 7)}]:{ln}" for ln in lines]
+    if mode == "wrap":
+        width = rng.choice([80, 100, 120])
+        out = []
+        for ln in lines:
+            while len(ln) > width:
+                out.append(ln[:width])
+                ln = ln[width:]
+            out.append(ln)
+        return out
+    if mode == "headless":
+        # a traceback pasted without its header: it starts somewhere among the frames
+        frames = [i for i, ln in enumerate(lines) if ln.startswith("  File ")]
+        if len(frames) >= 3:
+            return lines[rng.choice(frames[1:-1]) :]
+    return lines
+
+
+# the transport applied on top of the variant (k > 0 only; None most of the time)
+TRANSPORTS = [None, None, None, None, "kubectl", "journald", "torchrun", "wrap", "headless"]
+
+
 # a crash of the warm-up request looks like a runtime crash unless the log shows it came
 # before "ready": these scenarios are never cut to a fragment
-NEEDS_CONTEXT = {"warmup_crash"}
+NEEDS_CONTEXT = {"warmup_crash", "sched_killed_load"}
+# the phase is only in the outer frames (the warm-up request's): never pasted headless
+HEADLESS_UNSAFE = NEEDS_CONTEXT | {"warmup_failed"}
 PREFIX_MODES = ["sglang", "sglang", "sglang", "pylog", "glog", "bare"]
 MESS_MODES = [
     "clean",
@@ -1287,6 +1324,13 @@ def generate(out: Path = OUT) -> list[dict[str, str]]:
                 if name in NEEDS_CONTEXT and mode in ("fragment", "traceback_only"):
                     mode = "cut"  # without the startup lines its phase cannot be told apart
                 lines = messify(rng, log.render(prefix), mode, phase)
+                tr = TRANSPORTS[(seed >> 13) % len(TRANSPORTS)] if k else None
+                if tr == "headless" and (name in HEADLESS_UNSAFE or mode == "fragment"):
+                    tr = None
+                if tr:
+                    # its own generator: the variants without a transport stay as they were
+                    lines = transport(random.Random(seed ^ 0x5EED), lines, tr)
+                    mode = f"{mode}+{tr}"
                 eol = "\r\n" if rng.random() < 0.08 else "\n"
                 fname = f"gen/{name}-{style.replace('.', '')}-{k}.log"
                 text = eol.join(lines) + eol
