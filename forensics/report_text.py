@@ -114,7 +114,9 @@ def render_show(d: dict[str, Any]) -> None:
 
     c = Console()
     c.rule(f"[bold]{d['name']}[/bold]  ({d['run_id']})")
-    c.print(f"{d['host']}:{d['path']}  lines {d['lines'][0]}–{d['lines'][1]}  started {_fmt(d['started_at'])}")
+    c.print(
+        f"{d['host']}:{d['path']}  lines {d['lines'][0]}–{d['lines'][1]}  started {_fmt(d['started_at'])}"
+    )
     cfg = Table(title="configuration", show_header=False, box=None)
     for k, v in d["config"].items():
         cfg.add_row(k, _fmt(v))

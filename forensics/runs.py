@@ -102,8 +102,14 @@ def _timings(store: Store) -> pl.DataFrame:
     ev = store.table("events")
     if ev.is_empty():
         return pl.DataFrame(
-            schema={"source_id": pl.String, "run_index": pl.Int32, "_rank": pl.Int32,
-                    "load_s": pl.Float64, "capture_s": pl.Float64, "ready_s_ev": pl.Float64}
+            schema={
+                "source_id": pl.String,
+                "run_index": pl.Int32,
+                "_rank": pl.Int32,
+                "load_s": pl.Float64,
+                "capture_s": pl.Float64,
+                "ready_s_ev": pl.Float64,
+            }
         )
     key = ["source_id", "run_index"]
     rank_map = {stage: r for stage, _, r in STAGE_RANK}
@@ -162,9 +168,14 @@ def _decode_stats(store: Store) -> pl.DataFrame:
     dec = store.table("decode")
     if dec.is_empty():
         return pl.DataFrame(
-            schema={"source_id": pl.String, "run_index": pl.Int32, "decode_lines": pl.UInt32,
-                    "gen_throughput_median": pl.Float64, "accept_len_mean": pl.Float64,
-                    "accept_rate_mean": pl.Float64}
+            schema={
+                "source_id": pl.String,
+                "run_index": pl.Int32,
+                "decode_lines": pl.UInt32,
+                "gen_throughput_median": pl.Float64,
+                "accept_len_mean": pl.Float64,
+                "accept_rate_mean": pl.Float64,
+            }
         )
     return dec.group_by(["source_id", "run_index"]).agg(
         pl.len().alias("decode_lines"),
