@@ -222,7 +222,10 @@ def _value(cell: str) -> int | float | str | None:
         return None
     m = re.fullmatch(r"(-?\d+)(?:\.(\d+))?\s*(?:MiB|%|W|C|MHz)?", cell)
     if m:
-        return float(cell.split()[0].rstrip("%WCMHziB")) if m.group(2) else int(m.group(1))
+        if m.group(2):
+            return float(cell.split()[0].rstrip("%WCMHziB"))
+        n = int(m.group(1))
+        return n if -(1 << 63) <= n < (1 << 63) else float(n)  # beyond Int64: keep as float
     return cell
 
 

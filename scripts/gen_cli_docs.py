@@ -12,8 +12,12 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "cli.md"
 
 
-def _walk(cmd: click.Command, path: list[str], out: list[str]) -> None:
-    ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+def _walk(
+    cmd: click.Command, path: list[str], out: list[str], parent: click.Context | None = None
+) -> None:
+    # make_context applies the command's context_settings and inherits the parent's (-h)
+    ctx = cmd.make_context(path[-1], [], parent=parent, resilient_parsing=True, terminal_width=100)
+    ctx.max_content_width = 100
     title = " ".join(path)
     out.append(f"## `{title}`\n")
     out.append("```")
@@ -23,7 +27,7 @@ def _walk(cmd: click.Command, path: list[str], out: list[str]) -> None:
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
             if sub is not None and not sub.hidden:
-                _walk(sub, [*path, name], out)
+                _walk(sub, [*path, name], out, ctx)
 
 
 def render() -> str:

@@ -533,7 +533,7 @@ FIXTURE_LABELS: dict[str, tuple[str, bool, str]] = {
     "edge_time_only_2024.log": ("ok", False, ""),
     "edge_npu_pd.log": ("ok", False, ""),
 }
-EVIDENCE = Path(os.environ.get("FORENSICS_H200_EVIDENCE", ROOT.parent / "shared/evidence/h200"))
+EVIDENCE = Path(os.environ.get("FORENSICS_H200_EVIDENCE", ROOT / "fixtures" / "evidence"))
 _SCHED = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
 # where a real error text is raised: (phase, frames (file, function)) of a scheduler traceback
 _WRAP_FRAMES: dict[str, list[tuple[str, str]]] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from forensics import signatures as sigs
+from tests.conftest import FIXTURES
 
 # One real (or reference §4) text per catalog entry.
 SAMPLES = {
@@ -51,12 +52,12 @@ def test_catalog_entry_hit_by_its_text(sid):
     assert sigs.BY_ID[sid].remedies and sigs.BY_ID[sid].explanation
 
 
-def _evidence(shared_dir, name):
-    return (shared_dir / "evidence" / "h200" / name).read_text()
+def _evidence(name):
+    return (FIXTURES / "evidence" / name).read_text()  # copies of ../shared/evidence/h200
 
 
-def test_h200_torch_oom_is_cuda_oom_and_weight_oom_on_load_frames(shared_dir):
-    text = _evidence(shared_dir, "torch.cuda-oom.txt")
+def test_h200_torch_oom_is_cuda_oom_and_weight_oom_on_load_frames(fixtures_dir):
+    text = _evidence("torch.cuda-oom.txt")
     assert sigs.best(sigs.match(text)).signature.id == "cuda_oom"
     on_load = text.replace(
         '  File "<string>", line 3, in <module>',
@@ -65,19 +66,19 @@ def test_h200_torch_oom_is_cuda_oom_and_weight_oom_on_load_frames(shared_dir):
     assert sigs.best(sigs.match(on_load)).signature.id == "weight_load_oom"
 
 
-def test_h200_capture_invalidated_is_capture_failed_with_its_cause(shared_dir):
-    hit = sigs.best(sigs.match(_evidence(shared_dir, "torch.capture-invalidated.txt")))
+def test_h200_capture_invalidated_is_capture_failed_with_its_cause(fixtures_dir):
+    hit = sigs.best(sigs.match(_evidence("torch.capture-invalidated.txt")))
     assert hit.signature.id == "capture_failed"
     assert hit.cause["id"] == "stream_capture_invalidated"
 
 
-def test_h200_cupy_illegal_address(shared_dir):
-    hit = sigs.best(sigs.match(_evidence(shared_dir, "cupy.illegal-address.txt")))
+def test_h200_cupy_illegal_address(fixtures_dir):
+    hit = sigs.best(sigs.match(_evidence("cupy.illegal-address.txt")))
     assert hit.signature.id == "illegal_memory_access"
 
 
-def test_h200_device_assert(shared_dir):
-    hit = sigs.best(sigs.match(_evidence(shared_dir, "torch.device-assert.txt")))
+def test_h200_device_assert(fixtures_dir):
+    hit = sigs.best(sigs.match(_evidence("torch.device-assert.txt")))
     assert hit.signature.id == "device_side_assert"
 
 
