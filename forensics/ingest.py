@@ -313,6 +313,21 @@ def ingest(
     return summary
 
 
+# Why a file was skipped -> the warning shown (the other inputs are still ingested).
+SKIP_REASONS = {
+    "vanished": "vanished before it could be read",
+    "permission": "permission denied (skipped)",
+    "unreadable": "unreadable ({detail}), skipped",
+    "binary": "binary file, not a log (skipped)",
+}
+
+
+def _skip(out: FileOutcome, summary: IngestSummary, reason: str, detail: str = "") -> FileOutcome:
+    out.status, out.reason = "skipped", reason
+    summary.warnings.append(f"{out.path}: " + SKIP_REASONS[reason].format(detail=detail))
+    return out
+
+
 def _ingest_one(
     store: Store,
     host: Any,
@@ -330,36 +345,17 @@ def _ingest_one(
     out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
     try:
         st = host.stat(path)
-    except InputNotFound:
-        out.status, out.reason = "skipped", "vanished"
-        summary.warnings.append(f"{path}: vanished before it could be read")
-        return out
-    except PermissionError:
-        out.status, out.reason = "skipped", "permission"
-        summary.warnings.append(f"{path}: permission denied (skipped)")
-        return out
-    try:
         head = host.read(path, 0, HEAD_BYTES) if st.size else b""
     except InputNotFound as exc:  # LocalHost/SSHHost report EACCES and ENOENT this way
-        if "permission denied" in exc.message:
-            out.status, out.reason = "skipped", "permission"
-            summary.warnings.append(f"{path}: permission denied (skipped)")
-        else:
-            out.status, out.reason = "skipped", "vanished"
-            summary.warnings.append(f"{path}: vanished before it could be read")
-        return out
+        return _skip(
+            out, summary, "permission" if "permission denied" in exc.message else "vanished"
+        )
     except PermissionError:
-        out.status, out.reason = "skipped", "permission"
-        summary.warnings.append(f"{path}: permission denied (skipped)")
-        return out
+        return _skip(out, summary, "permission")
     except OSError as exc:
-        out.status, out.reason = "skipped", "unreadable"
-        summary.warnings.append(f"{path}: unreadable ({exc.strerror or exc}), skipped")
-        return out
+        return _skip(out, summary, "unreadable", exc.strerror or str(exc))
     if _looks_binary(head):
-        out.status, out.reason = "skipped", "binary"
-        summary.warnings.append(f"{path}: binary file, not a log (skipped)")
-        return out
+        return _skip(out, summary, "binary")
     head_hash = hashlib.sha1(head[: min(len(head), HEAD_BYTES)]).hexdigest()
     compressed = head[:2] == b"\x1f\x8b" or head[:2] in (b"\xff\xfe", b"\xfe\xff")
 
