@@ -849,6 +849,8 @@ class BenchReport:
     flush: str = "skipped"  # ok | unsupported | failed: ... | skipped
     accept_len_server: float | None = None
     accept_len_server_scope: str | None = None  # window (after flush) | lifetime
+    accept_len_log: float | None = None  # the run's Decode batch lines in the bench window
+    accept_len_log_lines: int = 0
     server_version: str | None = None
     server_info: dict[str, Any] | None = None
     warmup_failed: int = 0
@@ -881,6 +883,8 @@ class BenchReport:
             "flush_cache": self.flush,
             "accept_len_server": self.accept_len_server,
             "accept_len_server_scope": self.accept_len_server_scope,
+            "accept_len_log": self.accept_len_log,
+            "accept_len_log_lines": self.accept_len_log_lines,
             "server_version": self.server_version,
             "warmup_failed": self.warmup_failed,
             "failure_rate": self.failure_rate,
@@ -1365,6 +1369,8 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
             "accept_len_client": s["accept_len_client"],
             "accept_len_server": rep.accept_len_server,
             "accept_len_server_scope": rep.accept_len_server_scope,
+            "accept_len_log": rep.accept_len_log,
+            "accept_len_log_lines": rep.accept_len_log_lines,
             "server_version": rep.server_version,
             "flush_cache": rep.flush,
             "started_at": rep.started_at,
@@ -1391,6 +1397,8 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "output_tokens": pl.Int64,
         "tokens_estimated": pl.Int64,
         "accept_len_server_scope": pl.Utf8,
+        "accept_len_log": pl.Float64,
+        "accept_len_log_lines": pl.Int64,
         "server_version": pl.Utf8,
         "flush_cache": pl.Utf8,
         "started_at": pl.Datetime("us"),
@@ -1450,6 +1458,50 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         },
     )
     return bench, reqs
+
+
+def _location(source: dict[str, Any]) -> str:
+    """How to name a stored source for `ingest`: a local path, NAME:/path or ssh://."""
+    host, path = source.get("host") or "local", source["path"]
+    if host == "local":
+        return path
+    if "@" in host:
+        return f"ssh://{host}{path}"
+    return f"{host}:{path}"
+
+
+def accept_len_from_log(store: Store, rep: BenchReport) -> None:
+    """The server's own accept length for the benchmark's window, from its log.
+
+    Re-ingests the attached run's log (incremental: only the new bytes) and averages the
+    ``accept len`` of its Decode batch lines stamped inside the benchmark (log clock = this
+    machine's clock for a local run; for a remote host the two clocks must agree).
+    """
+    import polars as pl
+
+    from forensics.ingest import ingest
+
+    if not rep.run_id or ":" not in rep.run_id:
+        return
+    sid, _, idx = rep.run_id.rpartition(":")
+    source = store.sources().get(sid)
+    if source is None:
+        return
+    ingest(store, [_location(source)])
+    dec = store.table("decode")
+    if dec.is_empty():
+        return
+    t0 = rep.started_at.replace(microsecond=0)
+    t1 = rep.started_at + dt.timedelta(seconds=rep.duration_s + 1)
+    win = dec.filter(
+        (pl.col("source_id") == sid)
+        & (pl.col("run_index") == int(idx))
+        & pl.col("ts").is_between(t0, t1)
+        & pl.col("accept_len").is_not_null()
+    )
+    if not win.is_empty():
+        rep.accept_len_log = float(win["accept_len"].cast(pl.Float64).mean())
+        rep.accept_len_log_lines = len(win)
 
 
 def save_bench(store: Store, rep: BenchReport) -> str:

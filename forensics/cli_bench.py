@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from forensics.cli_common import echo_json, fmt_cell, get_store
-from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, PartialFailure
+from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, ForensicsError, PartialFailure
 
 
 def register(cli: click.Group) -> None:
@@ -105,6 +105,10 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
             if found:
                 run_id, run_label = found
         rep.run_id, rep.run_name = run_id, run_label
+        try:
+            bench.accept_len_from_log(store, rep)
+        except ForensicsError as exc:  # the log may be on a host that is gone: keep the rest
+            click.echo(f"Warning: accept length from the run's log: {exc}", err=True)
         bench.save_bench(store, rep)
         baseline = bench.get_baseline(store)
     else:
@@ -183,6 +187,13 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
             "accept length (server)",
             fmt_cell(rep.accept_len_server)
             + (f" ({rep.accept_len_server_scope})" if rep.accept_len_server_scope else ""),
+        ),
+        (
+            "accept length (log)",
+            f"{fmt_cell(rep.accept_len_log)} ({rep.accept_len_log_lines} Decode batch lines "
+            "in the window)"
+            if rep.accept_len_log is not None
+            else "—",
         ),
         ("flush_cache", rep.flush),
     ]

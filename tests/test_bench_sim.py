@@ -148,3 +148,30 @@ def test_concurrency_mode_completes_all_requests(sim):
     rep = run_bench(BenchConfig(url=sim.url, num_prompts=24, concurrency=8, max_new_tokens=24))
     assert (rep.summary["completed"], rep.summary["failed"]) == (24, 0)
     assert rep.summary["output_tokens"] == 24 * 24
+
+
+def test_accept_length_from_the_run_log_in_the_bench_window(sim):
+    """The server-side figure from the run's own Decode batch lines, in the bench's window."""
+    from click.testing import CliRunner
+
+    from forensics.cli import cli
+
+    runner = CliRunner()
+    r = runner.invoke(cli, ["ingest", str(sim.log)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    name = sim.log.stem
+    r = runner.invoke(
+        cli,
+        ["bench", sim.url, "--run", name, "--num-prompts", "4", "--max-new-tokens", "160",
+         "--json"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["run_name"] == name
+    assert out["accept_len_log_lines"] >= 2
+    # the log's accept len is per verify round; the requests' is tokens per verify round:
+    # both measure the same drafter, so they agree closely
+    assert out["accept_len_log"] == pytest.approx(out["accept_len_client"], rel=0.15)
+    stored = json.loads(runner.invoke(cli, ["runs", name, "--json"]).output)[0]
+    assert stored["bench_tok_s"] == pytest.approx(out["output_tok_s"])
