@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import echo_json, get_store, print_launch_result
+from forensics.cli_common import (
+    echo_json,
+    emit_frame,
+    format_option,
+    get_store,
+    print_launch_result,
+)
 
 
 class _FilesByDefault(click.Group):
@@ -201,6 +207,24 @@ def register(cli: click.Group) -> None:
             if i:
                 click.echo("")
             click.echo(dg.render_text(rep))
+
+    @cli.command("signatures")
+    @format_option()
+    @click.pass_context
+    def signatures_cmd(ctx: click.Context, fmt: str) -> None:
+        """Failure signatures seen in the store, with how many runs hit each.
+
+        Errors not in the catalog are grouped by their masked text (numbers, paths and ids
+        removed), so a new failure that keeps coming back shows up as one `unknown:<hash>`
+        signature with its count.
+        """
+        from forensics.diagnose import signature_counts
+
+        df = signature_counts(get_store(ctx))
+        if fmt == "table" and df.is_empty():
+            click.echo("No failure signatures in the store.")
+            return
+        emit_frame(df, fmt, title="failure signatures")
 
     @cli.command("label")
     @click.argument("run")

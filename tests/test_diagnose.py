@@ -164,3 +164,35 @@ def test_diagnose_existing_log_path(tmp_path):
     res = CliRunner().invoke(cli, ["diagnose", "x", "--log", str(log), "--json"])
     (rep,) = json.loads(res.output)
     assert (rep["phase"], rep["signature"]) == ("load", "nccl_error")
+
+
+def test_signatures_lists_counts_and_groups_unknown_errors(tmp_path):
+    """Two runs failing with the same error unknown to the catalog: one signature, count 2."""
+    import json
+
+    from click.testing import CliRunner
+
+    from forensics.cli import cli
+
+    def failing_log(name: str, n: int) -> str:
+        p = tmp_path / f"{name}.log"
+        p.write_text(
+            f"[2026-03-0{n} 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1, port=3000{n})\n"
+            f"[2026-03-0{n} 10:00:01] Load weight begin. avail mem=70.00 GB\n"
+            f"[2026-03-0{n} 10:00:02] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/sglang/srt/model_executor/model_runner.py", line 12, in load_model\n'
+            "    self.loader.load()\n"
+            f"FrobnicatorError: widget {n}{n}7 at /opt/weights/shard-0000{n}.bin is frobnicated\n"
+        )
+        return str(p)
+
+    runner = CliRunner()
+    for n in (1, 2):
+        assert runner.invoke(cli, ["ingest", failing_log(f"frob{n}", n)]).exit_code == 0
+    r = runner.invoke(cli, ["signatures", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    unknown = [row for row in rows if row["signature"].startswith("unknown:")]
+    assert len(unknown) == 1, rows
+    assert unknown[0]["runs"] == 2
+    assert "frobnicated" in unknown[0]["explanation"]
