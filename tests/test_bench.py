@@ -204,7 +204,7 @@ def test_h05_ttft_and_idle_deadlines(faultserver):
     t0 = time.monotonic()
     ttft = run_bench(cfg(faultserver.fresh("h05_ttft"), num_prompts=1, ttft_timeout=0.3))
     stall = run_bench(cfg(faultserver.fresh("h05_stall"), num_prompts=1, idle_timeout=0.3))
-    assert time.monotonic() - t0 < 4  # the server stalls 5 s each; we did not wait for it
+    assert time.monotonic() - t0 < 15  # the server stalls 30 s each; we did not wait for it
     assert ttft.summary["failures"]["reasons"] == {"timeout": 1}
     assert "ttft-timeout" in ttft.summary["failures"]["first_detail"]["timeout"]
     assert "idle-timeout" in stall.summary["failures"]["first_detail"]["timeout"]
