@@ -127,7 +127,7 @@ NEXT_STEPS_HUNG_STAGE = {
     "load": "the log stops during loading: check the host is still loading (nvidia-smi memory "
     "grows, disk reads) or stuck on the network/filesystem; check the GPUs are free",
     "capture": "the log stops during CUDA-graph capture: a stuck capture usually means a "
-    "deadlock between ranks or a kernel that never returns; retry with --cuda-graph-max-bs 16 "
+    "deadlock between ranks or a kernel that never returns; retry with --cuda-graph-max-bs 16 (--cuda-graph-max-bs-decode on SGLang >= 0.5.14) "
     "or --disable-cuda-graph to confirm",
     "runtime": "the server stopped making progress while serving",
     "pre-exec": "the server printed nothing after it was started",

@@ -114,7 +114,7 @@ LOG_SIGNATURES = (
         "capture",
         re.compile(r"(?is)Capture cuda graph failed.{0,400}out of memory"),
         "CUDA graph capture ran out of GPU memory",
-        "lower --cuda-graph-max-bs or --mem-fraction-static, or fewer draft tokens",
+        "lower --cuda-graph-max-bs (--cuda-graph-max-bs-decode on SGLang >= 0.5.14) or --mem-fraction-static, or fewer draft tokens",
     ),
     (
         "capture-error",

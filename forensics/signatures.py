@@ -348,7 +348,7 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "the GPU ran out of memory",
         "remedies": [
             "lower --mem-fraction-static (e.g. {mem_down}) to leave room for activations, "
-            "or lower --max-running-requests / --cuda-graph-max-bs",
+            "or lower --max-running-requests / --cuda-graph-max-bs (-decode on SGLang >= 0.5.14)",
         ],
     },
     {
@@ -377,7 +377,7 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
         "explanation": "out of GPU memory while capturing",
         "remedies": [
             "lower --mem-fraction-static (e.g. {mem_down}) to leave room for the graphs",
-            "or lower --cuda-graph-max-bs (e.g. 16)",
+            "or lower --cuda-graph-max-bs (e.g. 16; --cuda-graph-max-bs-decode on SGLang >= 0.5.14)",
         ],
     },
     {
@@ -400,7 +400,7 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
         "patterns": [r"illegal memory access", r"cudaErrorIllegalAddress", r"ILLEGAL_ADDRESS"],
         "explanation": "a kernel accessed invalid memory while capturing",
         "remedies": [
-            "try another --attention-backend or smaller --cuda-graph-max-bs; rerun with "
+            "try another --attention-backend or smaller --cuda-graph-max-bs(-decode); rerun with "
             "CUDA_LAUNCH_BLOCKING=1",
         ],
     },
