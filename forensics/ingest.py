@@ -125,6 +125,7 @@ def expand_inputs(
     out: list[tuple[Any, str]] = []
     seen: set[tuple[str, str]] = set()
     missing: list[ForensicsError] = []
+    empty_dirs: list[str] = []
     for text in inputs:
         host, path = resolve_location(text, trust_new_host=trust_new_host)
         local = host.name == "local"
@@ -166,7 +167,7 @@ def expand_inputs(
                 except InputNotFound:
                     inside = []
                 if not inside:
-                    warn(f"{cand}: directory holds no *.log files")
+                    empty_dirs.append(cand)
                 candidates_ = inside
             else:
                 candidates_ = [cand]
@@ -177,12 +178,19 @@ def expand_inputs(
                     continue
                 seen.add(key)
                 out.append((host, real))
+    for d in empty_dirs:
+        missing.append(
+            InputNotFound(
+                f"{d}: directory holds no *.log files",
+                hint="name the files or a quoted glob; -r descends into sub-folders",
+            )
+        )
     if missing and not out:
         if len(missing) == 1:
             raise missing[0]
         raise InputNotFound("; ".join(str(m) for m in missing))
     for m in missing:
-        warn(str(m))
+        warn(m.message if m.message.endswith("holds no *.log files") else str(m))
     return out
 
 

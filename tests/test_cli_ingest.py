@@ -201,9 +201,16 @@ def test_directory_without_logs_warns(capsys, tmp_path):
     empty = tmp_path / "nologs"
     empty.mkdir()
     (empty / "notes.md").write_text("x")
-    code, out, err = run(capsys, "ingest", str(empty))
-    assert code == 0 and out.startswith("Ingested 0 file(s)")
+    # beside other inputs: a warning, and the others are ingested
+    log = tmp_path / "sglang_baseline.log"
+    log.write_bytes((FIX / "sglang_baseline.log").read_bytes())
+    code, out, err = run(capsys, "ingest", str(empty), str(log))
+    assert code == 0 and out.startswith("Ingested 1 file(s)")
     assert err.strip() == f"Warning: {empty}: directory holds no *.log files"
+    # alone: nothing to ingest is an error (exit 3), one line
+    code, out, err = run(capsys, "ingest", str(empty))
+    assert code == 3
+    assert err.strip().startswith(f"Error: {empty}: directory holds no *.log files")
 
 
 def test_binary_empty_and_gzip_files_P01_P12(capsys, tmp_path):
