@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fmt bench docs clean
+.PHONY: venv demo test lint fmt bench docs model clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ bench: venv
 
 docs: venv
 	$(BIN)/python scripts/gen_cli_docs.py
+
+# retrain the packaged phase model after changing the corpus, classifier or signatures
+model: venv
+	$(BIN)/python scripts/train_packaged_model.py
 
 clean:
 	rm -rf $(VENV) .forensics build *.egg-info .pytest_cache

@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from forensics import signatures as sigs
-from forensics.errors import InputNotFound, RunNotFound, StoreError, UsageError
+from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
 
 PHASES = sigs.PHASES
 MODEL_VERSION = 3
@@ -985,8 +985,34 @@ def _cache_key(store) -> str:
     return str(Path(store.root).resolve()) if store is not None else ""
 
 
+# The model trained on the shipped corpus, packaged as JSON (scripts/train_packaged_model.py);
+# used when its digest matches the corpus and code, so a fresh store needs no training.
+PACKAGED_MODEL = Path(__file__).resolve().parent / "data" / "phase-model.json"
+
+
+def packaged_model(digest: str | None) -> Model | None:
+    """The packaged model, if it was trained on this corpus and code (any, if no corpus)."""
+    try:
+        data = json.loads(PACKAGED_MODEL.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("version") != MODEL_VERSION:
+        return None
+    if digest is not None and data.get("digest") != digest:
+        return None
+    return Model(data)
+
+
 def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
-    """The store's model when it is current, else one trained now from the corpus."""
+    """The store's model when it is current, else the packaged one, else one trained now."""
+    if not (corpus / "labels.csv").exists():  # installed without the corpus
+        m = packaged_model(None)
+        if m is None:
+            raise ForensicsError(
+                f"{corpus}: no training corpus and no packaged model",
+                hint="reinstall forensics, or run from a checkout (fixtures/corpus)",
+            )
+        return m
     digest = corpus_digest(corpus)
     key = _cache_key(store)
     m = _MODEL_CACHE.get(key)
@@ -1006,7 +1032,7 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
     # a fresh model from the shipped corpus (shared in-process by stores without labels)
     base = _MODEL_CACHE.get("")
     if base is None or base.data.get("digest") != digest:
-        base = train(None, corpus=corpus)
+        base = packaged_model(digest) or train(None, corpus=corpus)
         _MODEL_CACHE[""] = base
     if store is not None and _has_labels(store):
         return train(store, corpus=corpus)

@@ -246,3 +246,16 @@ def test_a_log_still_growing_is_not_hung(tmp_path, model):
     log.write_bytes((HAND / "load_hang_shards.log").read_bytes())
     (v,) = classifier.classify_file(log, model)
     assert (v.phase, v.hung) == ("load", False)
+
+
+def test_packaged_model_is_current_and_used_by_a_fresh_store(tmp_path):
+    """The JSON model shipped in forensics/data matches the corpus and code; a fresh store uses it."""
+    from forensics import classifier
+    from forensics.store import Store
+
+    digest = classifier.corpus_digest()
+    packaged = classifier.packaged_model(digest)
+    assert packaged is not None, "stale packaged model: run scripts/train_packaged_model.py"
+    classifier._MODEL_CACHE.clear()
+    m = classifier.load_model(Store.open(tmp_path / "fresh"))
+    assert m.data == packaged.data
