@@ -857,6 +857,7 @@ def corpus_digest(corpus: Path = CORPUS) -> str:
     h.update(str(MODEL_VERSION).encode())
     h.update(Path(__file__).read_bytes())
     h.update(Path(sigs.__file__).read_bytes())
+    h.update((ROOT / "parsers" / "sglang.py").read_bytes())  # features come from its frames
     h.update((corpus / "labels.csv").read_bytes())
     return h.hexdigest()[:16]
 
