@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+import parsers.sglang as sglang_parser
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
 
@@ -857,7 +858,7 @@ def corpus_digest(corpus: Path = CORPUS) -> str:
     h.update(str(MODEL_VERSION).encode())
     h.update(Path(__file__).read_bytes())
     h.update(Path(sigs.__file__).read_bytes())
-    h.update((ROOT / "parsers" / "sglang.py").read_bytes())  # features come from its frames
+    h.update(Path(sglang_parser.__file__).read_bytes())  # the features come from its frames
     h.update((corpus / "labels.csv").read_bytes())
     return h.hexdigest()[:16]
 
