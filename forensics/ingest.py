@@ -402,31 +402,53 @@ def _ingest_one(
         if st.size == 0:
             summary.warnings.append(f"{path}: empty file (0 bytes)")
         date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+        from concurrent.futures import Future, ThreadPoolExecutor
+
         import polars as pl
 
-        from parsers.sglang import LogParser
+        from parsers.sglang import LogParser, extract_batch
 
         parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
         buf = _Buffer(tx, sid)
         consumed = offset
         last_frames: Frames | None = None
-        try:
-            for chunk in _decoded_chunks(host, path, offset, head):
-                consumed += len(chunk)
-                frames = parser.feed(chunk)
-                _account(summary, out, frames)
-                buf.add(frames, path=path, host=hname)
-                last_frames = frames
-                if report:
-                    report(consumed - offset, max(0, st.size - offset))
-        except ReadIncomplete as exc:
-            summary.warnings.append(f"{path}: {exc.message}; kept what was read")
-            out.reason = "incomplete"
-        except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
-            summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
-            summary.warnings.append(
-                f"{path}: compressed stream is truncated ({exc}); kept what was decoded"
-            )
+
+        def finish_chunk(frames: Frames, prepared: pl.DataFrame | None) -> None:
+            if prepared is not None:
+                frames.decode, frames.prefill = extract_batch(prepared)
+            buf.add(frames, path=path, host=hname)
+
+        # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
+        # over it while the worker extracts the metrics fields of chunk k and buffers and
+        # writes its rows (polars releases the GIL). One worker takes the chunks in order,
+        # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
+        # no thread outlives the file, and the transaction aborts or commits after it.
+        with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
+            pending: Future | None = None
+            try:
+                for chunk in _decoded_chunks(host, path, offset, head):
+                    consumed += len(chunk)
+                    frames, prepared = parser.feed_split(chunk)
+                    _account(summary, out, frames)
+                    job = pool.submit(finish_chunk, frames, prepared)
+                    if pending is not None:
+                        pending.result()  # at most one chunk waits: memory stays bounded
+                    pending = job
+                    last_frames = frames
+                    if report:
+                        report(consumed - offset, max(0, st.size - offset))
+            except ReadIncomplete as exc:
+                summary.warnings.append(f"{path}: {exc.message}; kept what was read")
+                out.reason = "incomplete"
+            except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
+                summary.stats["compressed_truncated"] = (
+                    summary.stats.get("compressed_truncated", 0) + 1
+                )
+                summary.warnings.append(
+                    f"{path}: compressed stream is truncated ({exc}); kept what was decoded"
+                )
+            if pending is not None:
+                pending.result()
         buf.flush()
         complete_state = parser.state()
         complete_offset = consumed - parser.pending_bytes if not compressed else consumed

@@ -537,8 +537,11 @@ SCHEMAS = {
 }
 
 
+_EMPTY = {name: pl.DataFrame(schema=schema) for name, schema in SCHEMAS.items()}
+
+
 def empty(name: str) -> pl.DataFrame:
-    return pl.DataFrame(schema=SCHEMAS[name])
+    return _EMPTY[name].clear()  # a new frame each time; ~50x cheaper than from the schema
 
 
 @dataclass
@@ -656,12 +659,25 @@ class LogParser:
 
     # -- feeding -------------------------------------------------------------------------
     def feed(self, data: bytes) -> Frames:
+        frames, prepared = self.feed_split(data)
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        return frames
+
+    def feed_split(self, data: bytes) -> tuple[Frames, pl.DataFrame | None]:
+        """``feed`` without the field extraction of the metrics lines.
+
+        The frames come with empty ``decode`` / ``prefill``: ``extract_batch(prepared)``
+        makes them (it is pure, so it may run in another thread while this parser is fed
+        the next chunk). Everything else, counts, runs and ``state()`` included, already
+        covers the lines fed.
+        """
         buf = self._pending + data
         if self._skip_to_newline:
             nl = buf.find(b"\n")
             if nl < 0:
                 self._pending = b""
-                return Frames()
+                return Frames(), None
             buf = buf[nl + 1 :]
             self._skip_to_newline = False
             self.line_no += 1  # the cut line was already counted when cut
@@ -671,16 +687,16 @@ class LogParser:
                 # P11: a huge line without newline yet: keep its head, skip the rest
                 self._pending = b""
                 self._skip_to_newline = True
-                frames = self._parse(buf[:MAX_LINE], partial=False)
+                frames, prepared = self._parse_split(buf[:MAX_LINE], partial=False)
                 frames.stats["long_lines_truncated"] = (
                     frames.stats.get("long_lines_truncated", 0) + 1
                 )
                 self.line_no -= 1  # the line continues; it is counted once, when it ends
-                return frames
+                return frames, prepared
             self._pending = buf
-            return Frames()
+            return Frames(), None
         self._pending = buf[cut + 1 :]
-        return self._parse(buf[: cut + 1], partial=False)
+        return self._parse_split(buf[: cut + 1], partial=False)
 
     def finish(self) -> Frames:
         """Flush a last line that has no newline (P04: kept, counted as partial)."""
@@ -707,9 +723,15 @@ class LogParser:
 
     # -- the work ------------------------------------------------------------------------
     def _parse(self, data: bytes, *, partial: bool) -> Frames:
+        frames, prepared = self._parse_split(data, partial=partial)
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        return frames
+
+    def _parse_split(self, data: bytes, *, partial: bool) -> tuple[Frames, pl.DataFrame | None]:
         counts: dict[str, int] = {}
         stats: dict[str, int] = {}
-        nul = data.count(b"\x00")
+        nul = data.count(b"\x00") if b"\x00" in data else 0  # (`in` stops at the first)
         if nul:
             stats["nul_bytes"] = nul
             data = data.replace(b"\x00", b"")
@@ -771,13 +793,10 @@ class LogParser:
             self._handle_line(line_no, raw, events, lines, boundaries, counts, stats, True)
 
         # 2) the vectorised path: Prefill / Decode batch lines
-        decode, prefill = self._batch_frames(batch, boundaries, start_run)
-        counts["decode"] = counts.get("decode", 0) + len(decode)
-        counts["prefill"] = counts.get("prefill", 0) + len(prefill)
-        if not decode.is_empty():
-            self._touch_run_lines(decode, "decode")
-        if not prefill.is_empty():
-            self._touch_run_lines(prefill, "prefill")
+        # (runs and counts now; the fields by extract_batch, see feed_split)
+        prepared, n_decode, n_prefill = self._batch_prepare(batch, boundaries, start_run)
+        counts["decode"] = counts.get("decode", 0) + n_decode
+        counts["prefill"] = counts.get("prefill", 0) + n_prefill
 
         counts = {k: v for k, v in counts.items() if v}
         out = Frames(counts=counts, stats=stats)
@@ -788,10 +807,8 @@ class LogParser:
         if self._closed_tbs:
             out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
             self._closed_tbs = []
-        out.decode = decode
-        out.prefill = prefill
         out.runs = self._runs_frame()
-        return out
+        return out, prepared
 
     def _touch_run_lines(self, df: pl.DataFrame, kind: str) -> None:
         agg = df.group_by("run_index").agg(
@@ -1155,11 +1172,18 @@ class LogParser:
         )
 
     # -- metrics lines, vectorised -------------------------------------------------------
-    def _batch_frames(
+    # Two steps. ``_batch_prepare`` gives each metrics line its run, kind and timestamp and
+    # updates the runs (the lines after depend on them); ``extract_batch`` (pure, module
+    # level) turns the prepared lines into the decode/prefill frames. The second step reads
+    # nothing else, so an ingest runs it in a worker thread (polars releases the GIL) while
+    # this parser goes on with the next chunk: see ``feed_split``.
+    def _batch_prepare(
         self, batch: pl.DataFrame, boundaries: list[tuple[int, int]], start_run: int
-    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    ) -> tuple[pl.DataFrame | None, int, int]:
+        """-> (prepared lines or None, decode lines, prefill lines); touches the runs."""
         if batch.is_empty():
-            return empty("decode"), empty("prefill")
+            return None, 0, 0
+        batch = batch.select("line", "text")
         # run index: the run in force at each line
         if boundaries:
             b = pl.DataFrame(
@@ -1175,78 +1199,69 @@ class LogParser:
             batch = batch.with_columns(t.str.split("\r").list.last().alias("text"))
         # Split each line at its "Decode batch" / "Prefill batch" head with literal finds
         # (regex-free: this runs on millions of lines).
-        pos_d = t.str.find("Decode batch", literal=True)
-        pos_p = t.str.find("Prefill batch", literal=True)
+        # (each find once, as a column: far cheaper than repeating them in the expressions)
+        pos_d, pos_p = pl.col("_d"), pl.col("_p")
         is_dec = pos_d.is_not_null() & (pos_p.is_null() | (pos_d < pos_p.fill_null(1 << 30)))
-        parts = batch.with_columns(
-            pl.when(is_dec).then(pl.lit("Decode")).otherwise(pl.lit("Prefill")).alias("which"),
-            pl.when(is_dec).then(pos_d).otherwise(pos_p).alias("_pos"),
-        ).with_columns(
-            t.str.slice(0, pl.col("_pos")).alias("prefix"),
-            t.str.slice(
-                pl.col("_pos") + pl.when(pl.col("which") == "Decode").then(12).otherwise(13)
-            ).alias("_after"),
+        parts = (
+            batch.with_columns(
+                t.str.find("Decode batch", literal=True).alias("_d"),
+                t.str.find("Prefill batch", literal=True).alias("_p"),
+            )
+            .with_columns(is_dec.alias("_dec"))
+            .with_columns(
+                pl.when(pl.col("_dec")).then(pos_d).otherwise(pos_p).alias("_pos"),
+                pl.when(pl.col("_dec"))
+                .then(pl.lit("Decode"))
+                .otherwise(pl.lit("Prefill"))
+                .alias("which"),
+            )
+            .drop("_d", "_p", "_dec")
+            .with_columns(t.str.slice(0, pl.col("_pos")).alias("prefix"))
         )
-        a = pl.col("_after")
-        tagged = parts["_after"].str.starts_with(" [").any()
-        if tagged:  # `[N]` iteration tags (SGLANG_LOG_FORWARD_ITERS, 0.5.4)
-            parts = parts.with_columns(
-                a.str.extract(r"^ \[(\d+)\]", 1).cast(pl.Int64, strict=False).alias("iter"),
-                a.str.replace(r"^(?: \[\d+\])?[.,] ", "").alias("rest"),
-            )
-        else:
-            parts = parts.with_columns(
-                pl.lit(None, dtype=pl.Int64).alias("iter"), a.str.slice(2).alias("rest")
-            )
-        parts = parts.drop("text", "_after", "_pos")
         p = pl.col("prefix")
         # fast path: SGLang's own `[YYYY-MM-DD HH:MM:SS...` prefix; other layouts by regex
         std = p.str.starts_with("[") & (p.str.slice(5, 1) == "-") & (p.str.slice(11, 1) == " ")
-        date = p.str.extract(r"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}:\d{2}", 1)
-        date_md = p.str.extract(r"\[(\d{2}-\d{2}) \d{2}:\d{2}:\d{2}", 1)
-        clock = p.str.extract(r"(\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1).str.replace(",", ".")
-        hint = self.date_hint
-        date = pl.coalesce(date, pl.lit(hint[:4] + "-") + date_md, pl.lit(hint))
-        slow_ts = (
-            pl.when(clock.is_not_null())
-            .then(
-                (date + pl.lit(" ") + clock).str.to_datetime(
-                    "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
-                )
-            )
-            .otherwise(None)
-        )
         has_frac = p.str.slice(20, 1) == "."
-        fast_ts = (
-            pl.when(has_frac)
-            .then(p.str.extract(r"^\[([\d-]+ [\d:]+\.\d+)", 1))
-            .otherwise(p.str.slice(1, 19))
-            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
-        )
-        all_std = bool(parts.select(std.all()).item())
-        parts = parts.with_columns(
-            (fast_ts if all_std else pl.when(std).then(fast_ts).otherwise(slow_ts)).alias("ts"),
-            p.str.extract(r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]", 1)
-            .str.strip_chars()
-            .fill_null("")
-            .alias("rank"),
-        )
-        out = []
-        for which, fields, schema in (
-            ("Decode", DECODE_FIELDS, DECODE_SCHEMA),
-            ("Prefill", PREFILL_FIELDS, PREFILL_SCHEMA),
-        ):
-            sub = parts.filter(pl.col("which") == which)
-            if sub.is_empty():
-                out.append(empty(which.lower()))
-                continue
-            done, rest = _fields_fast(sub, fields, schema)
-            frames_ = [done] if done is not None and not done.is_empty() else []
-            if not rest.is_empty():
-                frames_.append(_fields_general(rest, fields, schema))
-            res = pl.concat(frames_, how="vertical_relaxed") if len(frames_) > 1 else frames_[0]
-            out.append(res.sort("line") if len(frames_) > 1 else res)
-        return out[0], out[1]
+        all_std, any_frac, n_dec = parts.select(
+            std.all().alias("a"), has_frac.any().alias("f"), (pl.col("which") == "Decode").sum()
+        ).row(0)
+        if any_frac:
+            fast_ts = (
+                pl.when(has_frac)
+                .then(p.str.extract(r"^\[([\d-]+ [\d:]+\.\d+)", 1))
+                .otherwise(p.str.slice(1, 19))
+                .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+            )
+        else:  # no fraction anywhere: the same instants, and a format polars parses fastest
+            fast_ts = p.str.slice(1, 19).str.to_datetime(
+                "%Y-%m-%d %H:%M:%S", strict=False, time_unit="us"
+            )
+        if all_std:
+            ts = fast_ts
+        else:
+            date = p.str.extract(r"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}:\d{2}", 1)
+            date_md = p.str.extract(r"\[(\d{2}-\d{2}) \d{2}:\d{2}:\d{2}", 1)
+            clock = p.str.extract(r"(\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1).str.replace(",", ".")
+            hint = self.date_hint
+            date = pl.coalesce(date, pl.lit(hint[:4] + "-") + date_md, pl.lit(hint))
+            slow_ts = (
+                pl.when(clock.is_not_null())
+                .then(
+                    (date + pl.lit(" ") + clock).str.to_datetime(
+                        "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"
+                    )
+                )
+                .otherwise(None)
+            )
+            ts = pl.when(std).then(fast_ts).otherwise(slow_ts)
+        parts = parts.with_columns(ts.alias("ts"))
+        n_dec = int(n_dec or 0)
+        touch = parts.select("run_index", "line", "ts", "which")
+        if n_dec:
+            self._touch_run_lines(touch.filter(pl.col("which") == "Decode"), "decode")
+        if n_dec < len(parts):
+            self._touch_run_lines(touch.filter(pl.col("which") == "Prefill"), "prefill")
+        return parts, n_dec, len(parts) - n_dec
 
     def _runs_frame(self) -> pl.DataFrame:
         rows = []
@@ -1281,6 +1296,55 @@ class LogParser:
         if not rows:
             return empty("runs")
         return pl.DataFrame(rows, schema=RUN_SCHEMA, strict=False)
+
+
+def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Prepared metrics lines (``LogParser._batch_prepare``) -> (decode, prefill) frames.
+
+    Pure: reads only its argument, so it may run in another thread than the parser's.
+    """
+    if parts is None:
+        return empty("decode"), empty("prefill")
+    t = pl.col("text")
+    parts = parts.with_columns(
+        t.str.slice(
+            pl.col("_pos") + pl.when(pl.col("which") == "Decode").then(12).otherwise(13)
+        ).alias("_after"),
+    )
+    a = pl.col("_after")
+    tagged = parts["_after"].str.starts_with(" [").any()
+    if tagged:  # `[N]` iteration tags (SGLANG_LOG_FORWARD_ITERS, 0.5.4)
+        parts = parts.with_columns(
+            a.str.extract(r"^ \[(\d+)\]", 1).cast(pl.Int64, strict=False).alias("iter"),
+            a.str.replace(r"^(?: \[\d+\])?[.,] ", "").alias("rest"),
+        )
+    else:
+        parts = parts.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("iter"), a.str.slice(2).alias("rest")
+        )
+    parts = parts.drop("text", "_after", "_pos").with_columns(
+        pl.col("prefix")
+        .str.extract(r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]", 1)
+        .str.strip_chars()
+        .fill_null("")
+        .alias("rank"),
+    )
+    out = []
+    for which, fields, schema in (
+        ("Decode", DECODE_FIELDS, DECODE_SCHEMA),
+        ("Prefill", PREFILL_FIELDS, PREFILL_SCHEMA),
+    ):
+        sub = parts.filter(pl.col("which") == which)
+        if sub.is_empty():
+            out.append(empty(which.lower()))
+            continue
+        done, rest = _fields_fast(sub, fields, schema)
+        frames_ = [done] if done is not None and not done.is_empty() else []
+        if not rest.is_empty():
+            frames_.append(_fields_general(rest, fields, schema))
+        res = pl.concat(frames_, how="vertical_relaxed") if len(frames_) > 1 else frames_[0]
+        out.append(res.sort("line") if len(frames_) > 1 else res)
+    return out[0], out[1]
 
 
 def _fields_general(sub: pl.DataFrame, fields: list, schema: dict) -> pl.DataFrame:

@@ -1,0 +1,200 @@
+"""Ingest runs the metrics extraction of chunk k in a worker thread while the parser reads
+chunk k+1 (forensics/ingest.py, ``LogParser.feed_split``): the tables must be exactly those of
+one sequential pass, no thread may outlive an ingest, and an interrupt (Ctrl-C) in either
+thread must leave the store as it was."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import forensics.ingest as ingest_mod
+import parsers.sglang as S
+from forensics.ingest import ingest, source_id
+from forensics.store import Store
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+# several launches appended (run boundaries mid-file), tracebacks, CRLF, ANSI/tqdm bars,
+# interleaved ranks, a Python-logging fork, time-only prefixes (date from the file's mtime)
+PARTS = [
+    "sglang_two_launches.log",
+    "sglang_eagle3_cg_16dt.log",
+    "edge_crlf.log",
+    "sglang_fail_runtime_ima.log",
+    "edge_ansi_tqdm.log",
+    "edge_interleaved_ranks.log",
+    "edge_pylogging_fork.log",
+    "edge_time_only_2024.log",
+    "sglang_eagle3_nocg_16dt.log",
+]
+MTIME = 1_780_000_000  # fixed, so the date hint of time-only lines is known
+
+
+def _metrics(n: int, seed: int) -> bytes:
+    """Decode/Prefill lines in the layouts the vectorised path meets (fractions, iteration
+    tags, DP ranks, percents, unknown keys), so many chunks hold only metrics lines."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ss = f"{i // 60 % 60:02d}:{i % 60:02d}"
+        frac = f".{rng.randint(0, 999):03d}" if rng.random() < 0.2 else ""
+        tag = rng.choice(["TP0", "DP1 TP3", "TP0 EP2"])
+        it = f" [{i}]" if rng.random() < 0.1 else ""
+        if rng.random() < 0.1:
+            out.append(
+                f"[2026-06-07 11:{ss}{frac} {tag}] Prefill batch{it}, #new-seq: 1, "
+                f"#new-token: {rng.randint(1, 900)}, #cached-token: 0, token usage: 0.{i % 97:02d}, "
+                f"#running-req: {rng.randint(0, 9)}, #queue-req: 0, input throughput (token/s): 12.5"
+            )
+        else:
+            usage = (
+                f"{rng.randint(0, 99)}%" if rng.random() < 0.1 else f"0.{rng.randint(0, 99):02d}"
+            )
+            extra = ", pending-x: 7" if rng.random() < 0.05 else ""
+            out.append(
+                f"[2026-06-07 11:{ss}{frac} {tag}] Decode batch{it}, #running-req: {rng.randint(1, 48)}, "
+                f"#token: {rng.randint(1, 9999)}, token usage: {usage}, accept len: 2.{i % 10}0, "
+                f"accept rate: 0.30, cuda graph: True, gen throughput (token/s): {rng.uniform(1, 900):.2f}, "
+                f"#queue-req: 0{extra}"
+            )
+    return ("\n".join(out) + "\n").encode()
+
+
+def _log(tmp_path: Path, tail: bytes = b"") -> Path:
+    data = b"".join((FIX / p).read_bytes() + _metrics(300, i) for i, p in enumerate(PARTS))
+    data += tail
+    path = tmp_path / "combined.log"
+    path.write_bytes(data)
+    os.utime(path, (MTIME, MTIME))
+    return path
+
+
+def _one_pass(path: Path, chunk: int | None = None) -> tuple[S.Frames, dict]:
+    """The sequential path: one parser fed the file whole, or in ``chunk``-byte pieces."""
+    hint = time.strftime("%Y-%m-%d", time.localtime(MTIME))
+    p = S.LogParser(str(path), date_hint=hint)
+    data = path.read_bytes()
+    step = chunk or len(data)
+    body = [p.feed(data[i : i + step]) for i in range(0, len(data), step)]
+    state = p.state()
+    return S.Frames.concat([*body, p.finish()]), state
+
+
+def _no_worker_left() -> bool:
+    return not any(t.name.startswith("forensics-ingest") for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("chunk", [4096, 16384])
+def test_pipelined_ingest_equals_one_sequential_pass(tmp_path, monkeypatch, chunk):
+    """Many small chunks (so many in flight across run boundaries) -> the same rows, in the
+    same order, as parse of the whole file; the same resume state; no worker thread left."""
+    path = _log(tmp_path, tail=b"[2026-06-07 10:00:00 TP0] Decode batch, #running-req: 3")
+    assert path.stat().st_size > 8 * chunk
+    monkeypatch.setattr(ingest_mod, "READ_CHUNK", chunk)
+    store = Store(tmp_path / "st")
+    summary = ingest(store, [str(path)])
+    assert summary.files[0].status == "new"
+    assert _no_worker_left()
+
+    sid = source_id("local", str(path))
+    stored = {}
+    for name in ("events", "decode", "prefill", "errors", "lines"):
+        got = store.table(name)
+        stored[name] = got.filter(pl.col("source_id") == sid).drop("source_id")
+    # 1) exactly the rows, in order, of the sequential loop over the same chunks
+    seq, seq_state = _one_pass(path, chunk)
+    for name, got in stored.items():
+        assert_frame_equal(got, getattr(seq, name), check_dtypes=False)
+    # 2) and of one pass over the whole file, but for `extra`: where a chunk starts with an
+    # unusual layout, numbers in `extra` are written as parsed (20.0), not verbatim (20.00)
+    # -- a difference of the sequential parser itself, not of the pipeline
+    want, want_state = _one_pass(path)
+    assert want.decode.height > 2000 and want.prefill.height > 0 and want.errors.height > 0
+    for name, got in stored.items():
+        exp = getattr(want, name)
+        assert_frame_equal(
+            got.drop("extra", strict=False),
+            exp.drop("extra", strict=False),
+            check_dtypes=False,
+        )
+    runs = store.table("runs").drop("source_id", "path", "host_name")
+    assert_frame_equal(runs, want.runs, check_dtypes=False)
+    assert want.runs.height >= 2  # the appended launches were told apart
+    src = store.sources()[sid]
+    # the resume state is the sequential loop's (in a one-pass parse `serving` may sit
+    # later in a run's stage list: where the batch lines are met depends on the chunks)
+    assert src["state"] == seq_state
+    # counts: every physical line once, as in the one pass
+    assert summary.counts == {k: v for k, v in want.counts.items() if v}
+    assert summary.as_dict()["decode_lines"] == want.decode.height
+
+
+def test_interrupt_in_the_reading_thread_leaves_the_store_as_it_was(tmp_path, monkeypatch):
+    """Ctrl-C while the parser reads chunk 3 (the worker busy with chunk 2): nothing stored."""
+    path = _log(tmp_path)
+    monkeypatch.setattr(ingest_mod, "READ_CHUNK", 8192)
+    real = S.LogParser.feed_split
+    calls = {"n": 0}
+
+    def feed_split(self, data):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, data)
+
+    monkeypatch.setattr(S.LogParser, "feed_split", feed_split)
+    store = Store(tmp_path / "st")
+    summary = ingest(store, [str(path)])
+    assert summary.interrupted and summary.files == []
+    assert store.sources() == {}
+    assert store.table("decode").is_empty()
+    assert not list((tmp_path / "st").rglob("*.parquet*"))
+    assert _no_worker_left()
+
+
+def test_interrupt_in_the_worker_propagates_and_stores_nothing(tmp_path, monkeypatch):
+    """An exception in the worker (here an interrupt) reaches the caller; the file's
+    transaction is aborted; a later ingest stores it in full."""
+    path = _log(tmp_path)
+    monkeypatch.setattr(ingest_mod, "READ_CHUNK", 8192)
+    real = S.extract_batch
+    calls = {"n": 0}
+
+    def extract(prepared):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(prepared)
+
+    monkeypatch.setattr(S, "extract_batch", extract)
+    store = Store(tmp_path / "st")
+    summary = ingest(store, [str(path)])
+    assert summary.interrupted
+    assert store.sources() == {}
+    assert _no_worker_left()
+    monkeypatch.setattr(S, "extract_batch", real)
+    again = ingest(Store(tmp_path / "st"), [str(path)])
+    assert again.files[0].status == "new"
+    assert Store(tmp_path / "st").table("decode").height == _one_pass(path)[0].decode.height
+
+
+def test_feed_split_then_extract_equals_feed():
+    """The split API: counts and runs come with the frames, the fields from extract_batch."""
+    data = b"".join((FIX / p).read_bytes() for p in PARTS[:4])
+    a = S.LogParser("x")
+    whole = a.feed(data)
+    b = S.LogParser("x")
+    frames, prepared = b.feed_split(data)
+    assert frames.decode.is_empty() and prepared is not None
+    assert frames.counts == whole.counts
+    assert b.state() == a.state()
+    decode, prefill = S.extract_batch(prepared)
+    assert_frame_equal(decode, whole.decode)
+    assert_frame_equal(prefill, whole.prefill)
