@@ -1466,21 +1466,27 @@ def _fields_fast(
     return done, bad
 
 
+_JSON_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
 def _extra_json(s: str | None) -> str | None:
+    """Unknown ``key: value`` segments as a JSON object, numbers kept as the log wrote them
+    (the same text ``_fields_fast`` builds, so both paths store identical rows)."""
     if not s:
         return None
-    out: dict[str, Any] = {}
+    items: list[str] = []
+    unparsed: list[str] = []
     for seg in s.split(", "):
         k, sep, v = seg.partition(": ")
         if not sep:
-            out.setdefault("_unparsed", []).append(seg)
+            unparsed.append(seg)
             continue
         v = v.rstrip("%")
-        try:
-            out[k] = float(v) if any(c in v for c in ".en") else int(v)
-        except ValueError:
-            out[k] = v
-    return json.dumps(out)
+        value = v if _JSON_NUMBER.fullmatch(v) else json.dumps(v, ensure_ascii=False)
+        items.append(f"{json.dumps(k, ensure_ascii=False)}: {value}")
+    if unparsed:
+        items.append('"_unparsed": ' + json.dumps(unparsed, ensure_ascii=False))
+    return "{" + ", ".join(items) + "}"
 
 
 def _to_dt(ts: str | None) -> dt.datetime | None:

@@ -112,18 +112,11 @@ def test_pipelined_ingest_equals_one_sequential_pass(tmp_path, monkeypatch, chun
     seq, seq_state = _one_pass(path, chunk)
     for name, got in stored.items():
         assert_frame_equal(got, getattr(seq, name), check_dtypes=False)
-    # 2) and of one pass over the whole file, but for `extra`: where a chunk starts with an
-    # unusual layout, numbers in `extra` are written as parsed (20.0), not verbatim (20.00)
-    # -- a difference of the sequential parser itself, not of the pipeline
+    # 2) and of one pass over the whole file (both metrics paths write `extra` verbatim)
     want, want_state = _one_pass(path)
     assert want.decode.height > 2000 and want.prefill.height > 0 and want.errors.height > 0
     for name, got in stored.items():
-        exp = getattr(want, name)
-        assert_frame_equal(
-            got.drop("extra", strict=False),
-            exp.drop("extra", strict=False),
-            check_dtypes=False,
-        )
+        assert_frame_equal(got, getattr(want, name), check_dtypes=False)
     runs = store.table("runs").drop("source_id", "path", "host_name")
     assert_frame_equal(runs, want.runs, check_dtypes=False)
     assert want.runs.height >= 2  # the appended launches were told apart
