@@ -64,6 +64,22 @@ BODIES_PER_STATUS = 3
 # --------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------
+# Numeric options: (flag, BenchConfig field, (bound, exclusive, an example)). NaN and inf are
+# refused too: a --deadline of nan would never pass and a --duration of inf never ends.
+BOUNDS: tuple[tuple[str, str, tuple[float, bool, str]], ...] = (
+    ("--rate", "rate", (0, True, "2")),
+    ("--duration", "duration", (0, True, "60")),
+    ("--deadline", "deadline", (0, True, "600")),
+    ("--connect-timeout", "connect_timeout", (0, True, "10")),
+    ("--ttft-timeout", "ttft_timeout", (0, True, "300")),
+    ("--idle-timeout", "idle_timeout", (0, True, "60")),
+    ("--request-timeout", "request_timeout", (0, True, "900")),
+    ("--temperature", "temperature", (0, False, "0")),
+    ("--random-input-len", "random_input_len", (1, False, "512")),
+    ("--max-failure-rate", "max_failure_rate", (0, False, "0.05")),
+)
+
+
 @dataclass
 class BenchConfig:
     url: str
@@ -100,6 +116,32 @@ class BenchConfig:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(
                 f"{self.url}: not an http(s) URL", hint="forensics bench http://HOST:PORT"
+            )
+        try:
+            port = parts.port
+        except ValueError:  # `:notaport`, `:99999`, `:-1`
+            port = -1
+        if port is not None and not 0 < port < 65536:
+            raise UsageError(
+                f"{self.url}: bad port {parts.netloc.rpartition(':')[2]!r}",
+                hint="use a port 1-65535: http://HOST:PORT",
+            )
+        for flag, value, low in BOUNDS:
+            v = getattr(self, value)
+            if v is None:
+                continue
+            if (
+                v != v
+                or v in (float("inf"), float("-inf"))
+                or v < low[0]
+                or (low[1] and v == low[0])
+            ):
+                need = f"more than {low[0]:g}" if low[1] else f"at least {low[0]:g}"
+                raise UsageError(f"{flag} {v:g}: must be {need}", hint=f"e.g. {flag} {low[2]}")
+        if self.max_failure_rate > 1:
+            raise UsageError(
+                f"--max-failure-rate {self.max_failure_rate:g}: a fraction of requests, 0 to 1",
+                hint="e.g. --max-failure-rate 0.05 (5%)",
             )
         if self.api not in APIS:
             raise UsageError(f"--api {self.api}: unknown API", hint=f"one of {', '.join(APIS)}")
@@ -217,8 +259,15 @@ def load_dataset(path: str | Path) -> list[Prompt]:
         ) from None
     except IsADirectoryError:
         raise UsageError(f"{p}: is a folder, not a dataset file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputNotFound(f"{p}: cannot read the dataset ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{p}: the dataset is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            hint='pass a JSONL file with "prompt"/"text" or a ShareGPT JSON file',
+        ) from None
+    except OSError as exc:
+        raise InputNotFound(
+            f"{p}: cannot read the dataset ({exc.strerror or exc})", hint="check its mode"
+        ) from None
     records: list[Any]
     stripped = raw.lstrip()
     if stripped.startswith("["):
@@ -1330,8 +1379,9 @@ def resolve_run(store: Store, match: str) -> tuple[str, str]:
     df = find_runs(store, match)
     if df.height > 1:
         names = ", ".join(str(n) for n in df["name"].to_list()[:10])
-        raise RunNotFound(
-            f"--run {match}: matches {df.height} runs ({names})", hint="give a more exact name"
+        raise UsageError(
+            f"--run {match}: matches {df.height} runs ({names})",
+            hint="give the exact run name or run id",
         )
     row = df.row(0, named=True)
     return str(row["run_id"]), str(row.get("name") or row["run_id"])
@@ -1550,8 +1600,8 @@ def set_baseline(store: Store, *, run: str | None = None, tok_s: float | None = 
     if (run is None) == (tok_s is None):
         raise UsageError("give a run or --tok-s X (one of them)", hint="forensics baseline RUN")
     if tok_s is not None:
-        if tok_s <= 0:
-            raise UsageError(f"--tok-s {tok_s}: must be positive")
+        if not math.isfinite(tok_s) or tok_s <= 0:
+            raise UsageError(f"--tok-s {tok_s}: must be a positive number", hint="--tok-s 90")
         value: dict[str, Any] = {"tok_s": float(tok_s), "run_id": None, "name": None}
     else:
         assert run is not None

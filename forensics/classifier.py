@@ -1342,7 +1342,17 @@ def evaluate(*, corpus: Path = CORPUS, folds: int = 5) -> dict[str, Any]:
     from sklearn.model_selection import GroupKFold
 
     t0 = time.monotonic()
+    if folds < 2:
+        raise UsageError(
+            f"--folds {folds}: cross-validation needs at least 2 folds", hint="--folds 5"
+        )
     ex = corpus_examples(corpus)
+    families = {r["family"] for r, _ in ex if r["split"] != "hand"}
+    if folds > len(families):
+        raise UsageError(
+            f"--folds {folds}: the corpus has only {len(families)} generator families to split",
+            hint=f"--folds 2..{len(families)}",
+        )
     train_ex = [x for x in ex if x[0]["split"] == "train"]
     test_ex = [x for x in ex if x[0]["split"] == "test"]
     hand_ex = [x for x in ex if x[0]["split"] == "hand"]

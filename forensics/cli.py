@@ -50,6 +50,15 @@ class OrderedGroup(click.Group):
             if (ctx.obj or {}).get("debug"):
                 raise
             raise CommandError(exc) from exc
+        finally:
+            _store_warnings(ctx)
+
+
+def _store_warnings(ctx: click.Context) -> None:
+    """What the store set aside while serving the command (a quarantined part, C03)."""
+    store = (ctx.obj or {}).get("store")
+    for w in getattr(store, "warnings", None) or []:
+        click.echo(f"Warning: {w}", err=True)
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT_SETTINGS)

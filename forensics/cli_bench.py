@@ -263,6 +263,8 @@ def baseline_cmd(
     """
     from forensics import bench
 
+    if clear and (run is not None or tok_s is not None):
+        raise click.UsageError("--clear forgets the baseline: give it without RUN or --tok-s")
     store = get_store(ctx)
     if clear:
         store.set_meta(bench.BASELINE_KEY, None)

@@ -14,6 +14,50 @@ if TYPE_CHECKING:
     from forensics.store import Store
 
 
+class Number(click.ParamType):
+    """A finite number within bounds: ``--deadline -1``, ``nan`` or ``inf`` is a usage error.
+
+    Shown in --help as FLOAT / INTEGER like click's own types (the bounds are in the error).
+    """
+
+    def __init__(
+        self,
+        low: float | None = None,
+        high: float | None = None,
+        *,
+        open_low: bool = False,
+        integer: bool = False,
+    ):
+        self.low, self.high, self.open_low, self.integer = low, high, open_low, integer
+        self.name = "integer" if integer else "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
+        import math
+
+        try:
+            v = int(value) if self.integer else float(value)
+        except (TypeError, ValueError):
+            kind = "an integer" if self.integer else "a number"
+            self.fail(f"{value!r} is not {kind}", param, ctx)
+        if not self.integer and not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        too_low = self.low is not None and (v < self.low or (self.open_low and v == self.low))
+        too_high = self.high is not None and v > self.high
+        if too_low or too_high:
+            self.fail(f"{v:g} is out of range (must be {self._range()})", param, ctx)
+        return v
+
+    def _range(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g} to {self.high:g}"
+        return f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+
+
+POSITIVE = Number(0, open_low=True)  # seconds, speeds: more than 0
+NON_NEGATIVE = Number(0)
+PORT = Number(1, 65535, integer=True)
+
+
 def get_store(ctx: click.Context, *, create: bool = True) -> Store:
     from forensics.store import Store
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from forensics.cli_common import (
+    POSITIVE,
+    Number,
     echo_json,
     emit_frame,
     format_option,
@@ -20,6 +22,27 @@ class _FilesByDefault(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["files", *args]
         return super().parse_args(ctx, args)
+
+
+def _expand_globs(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """A quoted glob (P21) is expanded here; one that matches nothing is exit 3."""
+    import glob
+    import os
+
+    from forensics.errors import InputNotFound
+
+    out: list[str] = []
+    for p in paths:
+        if os.path.exists(p) or not glob.has_magic(p):
+            out.append(p)
+            continue
+        hits = sorted(h for h in glob.glob(p) if not os.path.isdir(h))
+        if not hits:
+            raise InputNotFound(
+                f"{p}: no files matched", hint="check the pattern (quoted, forensics expands it)"
+            )
+        out += hits
+    return tuple(out)
 
 
 def register(cli: click.Group) -> None:
@@ -42,6 +65,7 @@ def register(cli: click.Group) -> None:
         from forensics import classifier
         from forensics.errors import InputNotFound
 
+        paths = _expand_globs(paths)
         store = get_store(ctx)
         model = classifier.load_model(store)
         out = []
@@ -96,7 +120,13 @@ def register(cli: click.Group) -> None:
 
     @classify_group.command("eval")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @click.option("--folds", default=5, show_default=True, help="Cross-validation folds.")
+    @click.option(
+        "--folds",
+        type=Number(2, integer=True),
+        default=5,
+        show_default=True,
+        help="Cross-validation folds.",
+    )
     def classify_eval(as_json: bool, folds: int) -> None:
         """Held-out and grouped cross-validated precision, recall, macro-F1, confusion."""
         from forensics import classifier
@@ -159,8 +189,8 @@ def register(cli: click.Group) -> None:
         "--sim", is_flag=True, help="With --relaunch: the simulated server in place of SGLang."
     )
     @click.option("--sim-speed", type=float, default=200.0, show_default=True, hidden=True)
-    @click.option("--deadline", type=float, default=None, help="Seconds to wait for /health.")
-    @click.option("--step-deadline", type=float, default=None, help="Seconds per chain step.")
+    @click.option("--deadline", type=POSITIVE, default=None, help="Seconds to wait for /health.")
+    @click.option("--step-deadline", type=POSITIVE, default=None, help="Seconds per chain step.")
     @click.pass_context
     def diagnose_cmd(
         ctx: click.Context,
@@ -184,8 +214,14 @@ def register(cli: click.Group) -> None:
         from forensics import diagnose as dg
 
         store = get_store(ctx)
-        if not relaunch and (shell_text or safe_patterns or sim):
+        if not relaunch and (shell_text is not None or safe_patterns or sim):
             raise click.UsageError("--shell, --safe-patterns and --sim go with --relaunch")
+        if not relaunch and (deadline is not None or step_deadline is not None):
+            raise click.UsageError("--deadline and --step-deadline go with --relaunch")
+        if relaunch and log_path is not None:
+            raise click.UsageError("--log diagnoses an existing log; leave it out with --relaunch")
+        if host is not None and not (relaunch or log_path is not None):
+            raise click.UsageError("--host goes with --log PATH or --relaunch")
         if relaunch:
             res = dg.relaunch(
                 store,

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from forensics.cli_common import echo_json, emit_frame, format_option, get_store
+from forensics.cli_common import NON_NEGATIVE, echo_json, emit_frame, format_option, get_store
 
 # The columns `forensics runs` prints as a table (JSON/CSV carry all RUN_COLUMNS).
 TABLE_COLUMNS = [
@@ -45,7 +45,7 @@ def register(cli: click.Group) -> None:
     "to read the configuration from file names.",
 )
 @click.option(
-    "--lock-timeout", type=float, default=None, help="Seconds to wait for the store lock."
+    "--lock-timeout", type=NON_NEGATIVE, default=None, help="Seconds to wait for the store lock."
 )
 @click.option(
     "--trust-new-host",
@@ -116,6 +116,12 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
         if skipped:
             click.echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))
     if summary.interrupted:
+        done = [f.path for f in summary.files if f.status not in ("skipped", "failed")]
+        click.echo(
+            f"Interrupted: {len(done)} file(s) committed before Ctrl-C; the file being read "
+            "was not (the store holds nothing of it). Run the same command again to resume.",
+            err=True,
+        )
         ctx.exit(130)
     ctx.exit(exit_code_for(summary))
 

@@ -6,7 +6,15 @@ import sys
 
 import click
 
-from forensics.cli_common import echo_json, emit_frame, get_store, print_launch_result
+from forensics.cli_common import (
+    NON_NEGATIVE,
+    PORT,
+    POSITIVE,
+    echo_json,
+    emit_frame,
+    get_store,
+    print_launch_result,
+)
 
 
 def _progress(event: dict) -> None:
@@ -46,6 +54,8 @@ def register(cli: click.Group) -> None:
         if rules:
             emit_frame(rules_frame(), "json" if as_json else "table", title="lint rules")
             return
+        if name and shell_text is not None:  # C01: which one to check?
+            raise click.UsageError("give a recipe NAME or --shell '...', not both")
         if shell_text is not None:
             recipe = Recipe.from_shell(shell_text, host=host)
         elif name:
@@ -65,7 +75,8 @@ def register(cli: click.Group) -> None:
             click.echo(f"{recipe.name}: no findings")
             return
         for f in findings:
-            click.echo(f"step {f.step} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
+            where = f"step {f.step}" if f.step is not None else "chain"
+            click.echo(f"{where} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
             click.echo(f"    {f.explanation}")
             click.echo(f"    instead: {f.alternative}")
 
@@ -79,11 +90,11 @@ def register(cli: click.Group) -> None:
     @click.option("--host", default=None, help="A [hosts.NAME] (default: the recipe's).")
     @click.option("--log", "log_path", default=None, help="Log path (default: by the name).")
     @click.option("--sim", is_flag=True, help="Run the simulated server in place of SGLang.")
-    @click.option("--sim-speed", type=float, default=100.0, show_default=True)
+    @click.option("--sim-speed", type=POSITIVE, default=100.0, show_default=True)
     @click.option("--sim-fail", default=None, help="Failure the simulator injects.")
-    @click.option("--port", type=int, default=None, help="Server port (sets --port).")
-    @click.option("--deadline", type=float, default=None, help="Seconds to wait for /health.")
-    @click.option("--step-deadline", type=float, default=None, help="Seconds per chain step.")
+    @click.option("--port", type=PORT, default=None, help="Server port (sets --port).")
+    @click.option("--deadline", type=POSITIVE, default=None, help="Seconds to wait for /health.")
+    @click.option("--step-deadline", type=POSITIVE, default=None, help="Seconds per chain step.")
     @click.option("--replay", is_flag=True, help="Replay the chain as typed, journaled.")
     @click.option("--safe-patterns", is_flag=True, help="Replay with per-replay kill patterns.")
     @click.option("--list", "list_", is_flag=True, help="List recorded launches.")
@@ -129,9 +140,25 @@ def register(cli: click.Group) -> None:
                 title="launches",
             )
             return
+        if sim_fail is not None:
+            from forensics.sim.args import FAIL_MODES
+
+            if not sim:
+                raise click.UsageError("--sim-fail goes with --sim")
+            if sim_fail not in FAIL_MODES:
+                raise click.BadParameter(
+                    f"{sim_fail!r} is not a failure the simulator knows (one of: "
+                    f"{', '.join(FAIL_MODES)})",
+                    param_hint="--sim-fail",
+                )
         extra = list(server_args) + list(ctx.args)
         if name and name.startswith("-"):  # `launch --sim --name N -- --model-path ...`
             extra, name = [name, *extra], None
+        if shell_text is not None and extra:  # C01: the chain already has the server flags
+            raise click.UsageError(
+                f"--shell takes the whole chain; {' '.join(extra)[:60]!r} would be ignored "
+                "(put the flags inside the chain)"
+            )
         if shell_text is not None:
             recipe = Recipe.from_shell(shell_text, name=name_opt or name, host=host)
         elif extra:
@@ -166,8 +193,28 @@ def register(cli: click.Group) -> None:
             recipe.server = [a for a in recipe.server] + ["--port", str(port)]
             recipe.health_url = health_url_for(recipe.server)
         progress = None if as_json else _progress
-        if replay or safe_patterns:
-            res = launcher.relaunch(
+        try:
+            res = _launch_or_replay(
+                launcher, store, recipe, host, replay or safe_patterns, safe_patterns,
+                deadline, step_deadline, simopts, progress,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            click.echo(
+                f"Interrupted: {recipe.name} may still be starting in its own process group; "
+                f"stop it with: forensics stop {recipe.name}",
+                err=True,
+            )
+            ctx.exit(130)
+        print_launch_result(res, "json" if as_json else "table")
+        if res["status"] not in ("ready",):
+            sys.exit(6 if res["status"] == "timeout" else 1)
+
+    def _launch_or_replay(
+        launcher, store, recipe, host, replay, safe_patterns, deadline, step_deadline, simopts,
+        progress,
+    ):  # fmt: skip
+        if replay:
+            return launcher.relaunch(
                 store,
                 recipe.name,
                 recipe=recipe,
@@ -178,17 +225,15 @@ def register(cli: click.Group) -> None:
                 sim=simopts,
                 progress=progress,
             )
-        else:
-            res = launcher.launch(
-                store, recipe, host=host, deadline=deadline, progress=progress, sim=simopts
-            )
-        print_launch_result(res, "json" if as_json else "table")
-        if res["status"] not in ("ready",):
-            sys.exit(6 if res["status"] == "timeout" else 1)
+        return launcher.launch(
+            store, recipe, host=host, deadline=deadline, progress=progress, sim=simopts
+        )
 
     @cli.command("stop")
     @click.argument("name")
-    @click.option("--grace", type=float, default=10.0, show_default=True, help="TERM -> KILL s.")
+    @click.option(
+        "--grace", type=NON_NEGATIVE, default=10.0, show_default=True, help="TERM -> KILL s."
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @click.pass_context
     def stop_cmd(ctx, name, grace, as_json):

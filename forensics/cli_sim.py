@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import echo_json
+from forensics.cli_common import POSITIVE, Number, echo_json
 
 
 def register(cli: click.Group) -> None:
@@ -35,21 +35,31 @@ def register(cli: click.Group) -> None:
     @sim.command("model")
     @click.option("--config", "config_name", default=None, help="A seed configuration by name.")
     @click.option(
-        "--steps", type=int, default=None, help="speculative_num_steps (none: no speculation)"
+        "--steps",
+        type=Number(1, integer=True),
+        default=None,
+        help="speculative_num_steps (none: no speculation)",
     )
-    @click.option("--topk", type=int, default=1, show_default=True)
+    @click.option("--topk", type=Number(1, integer=True), default=1, show_default=True)
     @click.option(
-        "--draft-tokens", "ndt", type=int, default=None, help="default: steps+1 for topk 1, else 8"
+        "--draft-tokens",
+        "ndt",
+        type=Number(1, integer=True),
+        default=None,
+        help="default: steps+1 for topk 1, else 8",
     )
     @click.option("--no-cuda-graph", is_flag=True, help="Model CUDA graphs off.")
     @click.option(
-        "--quality", type=float, default=None, help="Drafter per-token acceptance probability."
+        "--quality",
+        type=Number(0, 1),
+        default=None,
+        help="Drafter per-token acceptance probability.",
     )
     @click.option(
         "--draft-path", default=None, help="Draft model path (its name can set the quality)."
     )
-    @click.option("--batch", "bs", type=int, default=1, show_default=True)
-    @click.option("--base-tok-s", type=float, default=90.0, show_default=True)
+    @click.option("--batch", "bs", type=Number(1, integer=True), default=1, show_default=True)
+    @click.option("--base-tok-s", type=POSITIVE, default=90.0, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def model(config_name, steps, topk, ndt, no_cuda_graph, quality, draft_path, bs, base_tok_s, as_json) -> None:  # fmt: skip
         """Print the modelled decode speed and accept length (the seed table without options)."""

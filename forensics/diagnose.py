@@ -361,13 +361,20 @@ def diagnose(
 ) -> list[dict[str, Any]]:
     """One report per matching run (newest first); missing logs are diagnosed as such."""
     if log is not None:
-        ex = _exists(log, host)
+        if host in (None, "", "local"):
+            ex: bool | None = Path(log).exists()
+        else:  # asked for explicitly: an unknown host is exit 2, an unreachable one exit 5
+            from forensics.hosts import get_host
+
+            ex = get_host(host).exists(log)
         if ex is False:
             launch = next(iter(_find_launches(store, match)), None)
             chain = _chain_of(launch)
             return [missing_log_report(match, log, chain=chain, host=host, launch=launch)]
-        if ex:
+        if ex and host in (None, "", "local"):
             return _diagnose_file(log, match)
+        if ex:
+            return _diagnose_remote_file(host, log, match)
     launches = _find_launches(store, match)
     try:
         hits = find_runs(store, match)
@@ -450,16 +457,41 @@ def _launch_report(store, la: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+# The most of a remote log --log --host reads (its tail: where launches fail).
+REMOTE_LOG_MAX = 32 << 20
+
+
+def _diagnose_remote_file(host: str, path: str, name: str) -> list[dict[str, Any]]:
+    """``--log PATH --host NAME``: read the log over SFTP (its last 32 MiB) and classify it."""
+    from forensics.hosts import get_host
+
+    h = get_host(host)
+    size = h.stat(path).size
+    start = max(0, size - REMOTE_LOG_MAX)
+    text = h.read(path, start, size - start).decode("utf-8", errors="replace")
+    if start:
+        text = text.split("\n", 1)[-1]  # drop the torn first line
+    model = classifier.load_model(None)
+    verdicts = classifier.classify_text(text, model, path=f"{host}:{path}")
+    return _file_reports(verdicts, f"{host}:{path}", name, host=host)
+
+
 def _diagnose_file(path: str, name: str) -> list[dict[str, Any]]:
     model = classifier.load_model(None)
+    return _file_reports(classifier.classify_file(path, model), path, name)
+
+
+def _file_reports(
+    verdicts: list[Any], path: str, name: str, *, host: str | None = None
+) -> list[dict[str, Any]]:
     out = []
-    for v in classifier.classify_file(path, model):
+    for v in verdicts:
         out.append(
             {
                 "name": name,
                 "run_id": None,
                 "path": path,
-                "host": None,
+                "host": host,
                 "phase": v.phase,
                 "hung": v.hung,
                 "signature": v.signature,

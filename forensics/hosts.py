@@ -505,7 +505,7 @@ HOST_KEYS = {"address", "identity_file", "known_hosts", "jump", "connect_timeout
 _ADDRESS = re.compile(
     r"^(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^@\s:/\[\]]+)(?::(?P<port>\d+))?$"
 )
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def forensics_home() -> Path:
@@ -575,7 +575,7 @@ def _host_config(path: Path, name: str, table: Any) -> HostConfig:
             raise ConfigError(f"{where}.{key}: must be a string", hint="quote the value")
     user, host, port = parse_address(table["address"], where=f"{where}.address")
     timeout = table.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if not isinstance(timeout, int | float) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigError(f"{where}.connect_timeout: must be a positive number", hint="e.g. 10")
     return HostConfig(
         name=name,
@@ -1212,6 +1212,9 @@ def _config_for(name: str) -> HostConfig:
     return HostConfig(name=f"{user}@{host}:{port}", user=user, host=host, port=port)
 
 
+_FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}=?\Z")
+
+
 def trust_host(name: str, *, fingerprint: str | None = None) -> dict[str, Any]:
     """Fetch a host's key (no login) and record it in the project known_hosts.
 
@@ -1221,6 +1224,11 @@ def trust_host(name: str, *, fingerprint: str | None = None) -> dict[str, Any]:
     """
     import paramiko
 
+    if fingerprint is not None and not _FINGERPRINT.match(fingerprint.strip()):
+        raise UsageError(
+            f"--fingerprint {fingerprint!r}: not a SHA256 key fingerprint",
+            hint=f"SHA256: and 43 base64 characters, as `forensics hosts trust {name}` prints",
+        )
     _quiet_paramiko()
     cfg = _config_for(name)
     probe = SSHHost(cfg)

@@ -85,6 +85,8 @@ KILL_AFTER_S = 2  # timeout -k: SIGKILL this long after the deadline's SIGTERM
 POLL_S = 0.15
 HEALTH_POLL_S = 0.5
 STOP_GRACE_S = 10.0
+# Launch states whose process group may still run unrecorded (Ctrl-C during the health wait).
+UNSETTLED = ("registered", "running", "interrupted")
 TAIL_BYTES = 2000
 
 # Startup stages seen in the log while following it (reference §2; first match wins).
@@ -964,62 +966,82 @@ def _run(
     _record(store, {**base, "status": "running", "pid": sup_pid})
     _emit(progress, event="status", status="running", journal=journal)
 
-    # 1. the chain: until the wrapper exits (every step has a deadline, so this ends)
-    n_steps = len(run_chain.steps)
-    chain_deadline = time.monotonic() + n_steps * (step_deadline + KILL_AFTER_S + 2) + 20
-    seen: set[tuple[str, int]] = set()
-    frame = _read_journal(host, journal, launch_id)
-    while True:
-        for r in frame.filter(pl.col("event").is_in(["start", "end"])).to_dicts():
-            key = (r["event"], r["seq"])
-            if key not in seen:
-                seen.add(key)
-                _emit(progress, event="step", **{k: r.get(k) for k in ("step", "rc", "orig")},
-                      phase=r["event"])  # fmt: skip
-        if "exit" in frame["event"].to_list():
-            break
-        if time.monotonic() > chain_deadline:
-            break
-        time.sleep(POLL_S)
+    server_pid = None
+    try:
+        # 1. the chain: until the wrapper exits (every step has a deadline, so this ends)
+        n_steps = len(run_chain.steps)
+        chain_deadline = time.monotonic() + n_steps * (step_deadline + KILL_AFTER_S + 2) + 20
+        seen: set[tuple[str, int]] = set()
         frame = _read_journal(host, journal, launch_id)
-    wrapper_done = "exit" in frame["event"].to_list()
-
-    # 2. the server: follow the log, poll health, until ready / exited / deadline
-    stages: list[str] = []
-    status, health_code, server_pid = "failed", None, None
-    # a port bound before the start answers for someone else: /health proves nothing then
-    port_taken = any(f.id == "port-in-use" for f in findings)
-    srows = frame.filter(pl.col("event") == "server")
-    if not srows.is_empty() or not frame.filter(pl.col("event") == "spawned").is_empty():
-        end_at = time.monotonic() + health_deadline
-        offset = 0
         while True:
+            for r in frame.filter(pl.col("event").is_in(["start", "end"])).to_dicts():
+                key = (r["event"], r["seq"])
+                if key not in seen:
+                    seen.add(key)
+                    _emit(progress, event="step", **{k: r.get(k) for k in ("step", "rc", "orig")},
+                          phase=r["event"])  # fmt: skip
+            if "exit" in frame["event"].to_list():
+                break
+            if time.monotonic() > chain_deadline:
+                break
+            time.sleep(POLL_S)
             frame = _read_journal(host, journal, launch_id)
-            srows = frame.filter(pl.col("event") == "server")
-            if server_pid is None and not srows.is_empty():
-                server_pid = srows["pid"][0]
-                _emit(progress, event="server", pid=server_pid)
-            if recipe.log_path:
-                offset = _follow(host, recipe.log_path, offset, stages, progress)
-            if recipe.health_url and not port_taken:
-                health_code = _health(host, recipe.health_url, info["has"])
-                if health_code == 200:
-                    status = "ready"
-                    _emit(progress, event="health", code=200)
+        wrapper_done = "exit" in frame["event"].to_list()
+
+        # 2. the server: follow the log, poll health, until ready / exited / deadline
+        stages: list[str] = []
+        status, health_code, server_pid = "failed", None, None
+        # a port bound before the start answers for someone else: /health proves nothing then
+        port_taken = any(f.id == "port-in-use" for f in findings)
+        srows = frame.filter(pl.col("event") == "server")
+        if not srows.is_empty() or not frame.filter(pl.col("event") == "spawned").is_empty():
+            end_at = time.monotonic() + health_deadline
+            offset = 0
+            while True:
+                frame = _read_journal(host, journal, launch_id)
+                srows = frame.filter(pl.col("event") == "server")
+                if server_pid is None and not srows.is_empty():
+                    server_pid = srows["pid"][0]
+                    _emit(progress, event="server", pid=server_pid)
+                if recipe.log_path:
+                    offset = _follow(host, recipe.log_path, offset, stages, progress)
+                if recipe.health_url and not port_taken:
+                    health_code = _health(host, recipe.health_url, info["has"])
+                    if health_code == 200:
+                        status = "ready"
+                        _emit(progress, event="health", code=200)
+                        break
+                srv_no = srv.index if srv else None
+                ended = frame.filter((pl.col("event") == "end") & (pl.col("step") == srv_no))
+                if not ended.is_empty():
+                    status = "failed"
                     break
-            srv_no = srv.index if srv else None
-            ended = frame.filter((pl.col("event") == "end") & (pl.col("step") == srv_no))
-            if not ended.is_empty():
-                status = "failed"
-                break
-            if time.monotonic() > end_at:
-                status = "timeout"
-                break
-            time.sleep(HEALTH_POLL_S)
-        if recipe.log_path:
-            _follow(host, recipe.log_path, offset, stages, progress)
-    elif not wrapper_done:
-        status = "timeout"
+                if time.monotonic() > end_at:
+                    status = "timeout"
+                    break
+                time.sleep(HEALTH_POLL_S)
+            if recipe.log_path:
+                _follow(host, recipe.log_path, offset, stages, progress)
+        elif not wrapper_done:
+            status = "timeout"
+    except KeyboardInterrupt:
+        # Ctrl-C stops the waiting, not the server (it runs in its own group): record the
+        # group so `forensics stop NAME` can end it, then let the CLI exit 130
+        with contextlib.suppress(Exception):
+            if server_pid is None:
+                srows = _read_journal(host, journal, launch_id).filter(pl.col("event") == "server")
+                server_pid = None if srows.is_empty() else srows["pid"][-1]
+            _record(
+                store,
+                {
+                    **base,
+                    "status": "interrupted",
+                    "pid": server_pid or sup_pid,
+                    "pgid": server_pid,
+                    "cause": "interrupted",
+                },
+            )
+        raise
 
     # 3. diagnosis
     frame = _read_journal(host, journal, launch_id)
@@ -1246,12 +1268,18 @@ def launch(
     if host is not None:
         r = r.replace(host=host)
     if not r.server:
+        syntax = parse_chain(recipe.shell).warnings if recipe.shell else []
+        if syntax:  # e.g. an unterminated quote swallowed the server command
+            raise UsageError(
+                f"{r.name}: no server command found in the chain ({syntax[0]})",
+                hint="fix the chain; forensics lint --shell '...' shows where",
+            )
         raise UsageError(f"{r.name}: the recipe has no server command", hint="check the recipe")
     if not r.log_path:
         r = r.replace(log_path=_default_log(r))
     # the previous run of this name: stopped by its process group, never by pattern
     prev = find_launch_exact(store, r.name)
-    if prev is not None and prev.get("status") in ("running", "ready") and prev.get("pgid"):
+    if prev is not None and prev.get("status") in ("ready", *UNSETTLED) and prev.get("pgid"):
         stop(store, r.name)
     h = _host_for(r.host)
     blocking = [f for f in lint(r.replace(shell=None), host=h) if f.id == "port-in-use"]
@@ -1324,6 +1352,10 @@ def stop(store: Store, name: str, *, grace_s: float = STOP_GRACE_S) -> dict[str,
     if row is None:
         raise RunNotFound(f"no launch named {name!r}", hint="see forensics launch --list")
     pgid = row.get("pgid")
+    if not pgid and row.get("status") in UNSETTLED and row.get("journal_path"):
+        # the launch was interrupted (Ctrl-C, a killed CLI) before it recorded the group:
+        # the journal the server's monitor wrote names it
+        pgid = _pgid_from_journal(row)
     if not pgid:
         outcome = "no-process-group"
     else:
@@ -1342,6 +1374,29 @@ def stop(store: Store, name: str, *, grace_s: float = STOP_GRACE_S) -> dict[str,
         "outcome": outcome,
         "status": status,
     }
+
+
+def _pgid_from_journal(row: dict[str, Any]) -> int | None:
+    """The server's process group from the launch journal, if that group still runs our chain.
+
+    The group must still hold a process whose command line names the launch's log (or its
+    token): a pgid reused by someone else's process is never signalled.
+    """
+    h = _host_for(None if row["host"] == "local" else row["host"])
+    frame = _read_journal(h, row["journal_path"], row["launch_id"])
+    srows = frame.filter(pl.col("event") == "server")
+    if srows.is_empty():
+        return None
+    g = srows["pgid"][-1] or srows["pid"][-1]
+    if not g or int(g) <= 1:
+        return None
+    res = h.run(
+        f"ps -ww -e -o pgid=,args= 2>/dev/null | awk '$1=={int(g)}'", timeout=15, allow_timeout=True
+    )
+    marks = [m for m in (row.get("log_path"), row.get("token")) if m]
+    if not any(m in res.text for m in marks):
+        return None
+    return int(g)
 
 
 def wait_stopped(host: Host, pgid: int, timeout: float = 10.0) -> bool:

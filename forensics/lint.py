@@ -458,7 +458,35 @@ def _check_port(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     )
 
 
+# Parser notes that mean the shell itself would refuse the chain (not our own limits).
+SYNTAX_WARNINGS = ("unterminated", "unbalanced", "the chain ends with")
+
+
+def _check_syntax(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for w in ctx.chain.warnings:
+        if any(k in w for k in SYNTAX_WARNINGS):
+            yield Finding(
+                rule.id,
+                rule.severity,
+                None,
+                ctx.chain.text[:200],
+                f"{w}: the shell stops with a syntax error before any step runs, or runs "
+                "something other than what you typed",
+                rule.alternative,
+            )
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "shell-syntax",
+        "error",
+        "an unterminated quote, an unclosed `(`/`{`, or a chain ending in `&&`/`||`",
+        "`bash -c` refuses the whole chain (`unexpected EOF while looking for matching`), so "
+        "nothing starts and no log is written",
+        "close every quote and group; wrap the chain in single quotes on your side and use "
+        "double quotes inside it",
+        _check_syntax,
+    ),
     Rule(
         "cleanup-self-kill",
         "error",

@@ -76,10 +76,32 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
             f"{path}: unknown image format {path.suffix or '(no extension)'}",
             hint="end --out with .png or .svg",
         )
-    if not path.parent.exists():
-        raise UsageError(f"{path.parent}: no such folder", hint="create it or pick another --out")
-    fig.savefig(path, format=fmt, dpi=110)
+    check_out_path(path)
+    try:
+        fig.savefig(path, format=fmt, dpi=110)
+    except OSError as exc:
+        raise UsageError(
+            f"{path}: cannot write the image ({exc.strerror or exc})",
+            hint="pick a writable --out",
+        ) from exc
     return path
+
+
+def check_out_path(path: Path) -> None:
+    """--out must name a file in an existing folder (not a folder, not under a file)."""
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder", hint=f"--out {path / ('forensics' + '.png')}")
+    parent = path.parent
+    if not parent.exists():
+        # the nearest existing ancestor tells a missing folder from a file in the way
+        up = parent
+        while not up.exists() and up != up.parent:
+            up = up.parent
+        if up.exists() and not up.is_dir():
+            raise UsageError(f"{up}: is a file, not a folder", hint="pick another --out")
+        raise UsageError(f"{parent}: no such folder", hint="create it or pick another --out")
+    if not parent.is_dir():
+        raise UsageError(f"{parent}: is a file, not a folder", hint="pick another --out")
 
 
 def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:

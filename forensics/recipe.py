@@ -34,7 +34,7 @@ from typing import Any
 from forensics.errors import ConfigError, UsageError
 from parsers.shell import Chain, Command, Step, parse_chain, shell_script, unwrap
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would let "name\n" in
 DEFAULT_PORT = 30000
 DEFAULT_STEP_DEADLINE_S = 30.0
 DEFAULT_HEALTH_DEADLINE_S = 900.0
@@ -107,17 +107,42 @@ class Recipe:
         where = f"{source}: recipes.{name}"
         if not isinstance(table, dict):
             raise ConfigError(f"{where} must be a table", hint=f"write [recipes.{name}]")
+        try:
+            valid_name(name)
+        except UsageError as exc:
+            raise ConfigError(f"{where}: {exc.message}", hint=exc.hint) from None
         unknown = sorted(set(table) - RECIPE_KEYS)
         if unknown:
             raise ConfigError(
                 f"{where}.{unknown[0]}: unknown key",
                 hint=f"known keys: {', '.join(sorted(RECIPE_KEYS))}",
             )
+        for key in ("shell", "host", "log", "health_url", "shell_program"):
+            if key in table and not isinstance(table[key], str):
+                raise ConfigError(
+                    f"{where}.{key}: must be a string, not {type(table[key]).__name__}",
+                    hint="quote the value",
+                )
+        for key in ("server", "cleanup"):
+            value = table.get(key)
+            if value is None or isinstance(value, str):
+                continue
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                raise ConfigError(
+                    f"{where}.{key}: must be a string or a list of strings",
+                    hint=f"{key} = ['python3', '-m', 'sglang.launch_server', ...]",
+                )
         if "shell" in table:
-            r = cls.from_shell(str(table["shell"]), name=name, host=table.get("host"))
+            r = cls.from_shell(table["shell"], name=name, host=table.get("host"))
         elif "server" in table:
             server = table["server"]
-            argv = shlex.split(server) if isinstance(server, str) else [str(a) for a in server]
+            try:
+                argv = shlex.split(server) if isinstance(server, str) else list(server)
+            except ValueError as exc:  # an unbalanced quote
+                raise ConfigError(
+                    f"{where}.server: cannot split into words ({exc})",
+                    hint="balance the quotes, or write the server as a list of strings",
+                ) from None
             if not argv:
                 raise ConfigError(f"{where}.server: empty", hint="give the server argv")
             r = cls(
@@ -125,7 +150,9 @@ class Recipe:
                 server=argv,
                 log_path=table.get("log"),
                 health_url=health_url_for(argv),
-                cleanup=[str(c) for c in table.get("cleanup", [])],
+                cleanup=[table["cleanup"]]
+                if isinstance(table.get("cleanup"), str)
+                else list(table.get("cleanup", [])),
                 host=table.get("host"),
             )
         else:
@@ -141,7 +168,7 @@ class Recipe:
         for key in ("step_deadline_s", "health_deadline_s"):
             if key in table:
                 value = table[key]
-                if not isinstance(value, int | float) or value <= 0:
+                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                     raise ConfigError(f"{where}.{key}: must be a positive number", hint="e.g. 30")
                 setattr(r, key, float(value))
         if "shell_program" in table:

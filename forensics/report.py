@@ -352,13 +352,21 @@ def write_report(
     *,
     baseline: str | float | None = None,
 ) -> Path:
+    from forensics.plots import check_out_path
+
     path = Path(out)
     if path.is_dir():
-        raise UsageError(f"{path}: is a folder", hint="--out report.html")
-    if not path.parent.exists():
-        raise UsageError(f"{path.parent}: no such folder", hint="create it or pick another --out")
+        raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'report.html'}")
+    check_out_path(path)
     text = build_report(store, match, baseline=baseline)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(
+            f"{path}: cannot write the report ({exc.strerror or exc})",
+            hint="pick a writable --out",
+        ) from exc
     return path

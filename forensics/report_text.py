@@ -46,10 +46,16 @@ SUMMARY_KEYS = [
 def _rows(store: Store, table: str, row: dict) -> pl.DataFrame:
     df = store.table(table)
     if df.is_empty():
-        return df
+        # a table with no parts (no errors anywhere, say) is a frame without columns: give
+        # callers the columns they sort and read on
+        return pl.DataFrame(schema=dict.fromkeys(EMPTY_COLUMNS.get(table, ()), pl.Int64))
     return df.filter(
         (pl.col("source_id") == row["source_id"]) & (pl.col("run_index") == row["run_index"])
     )
+
+
+# Columns `show` sorts by when a table holds no rows at all.
+EMPTY_COLUMNS = {"errors": ("line",), "lines": ("line",)}
 
 
 def show_data(store: Store, row: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import PurePosixPath
 
 import polars as pl
 
-from forensics.errors import RunNotFound
+from forensics.errors import RunNotFound, UsageError
 from forensics.store import Store
 
 # The columns of `forensics runs`, in order (JSON: these keys; null where unknown).
@@ -188,7 +188,10 @@ def _decode_stats(store: Store) -> pl.DataFrame:
 def _first_error(store: Store) -> pl.DataFrame:
     err = store.table("errors")
     if err.is_empty():
-        return pl.DataFrame(schema={"source_id": pl.String, "run_index": pl.Int32})
+        # no errors anywhere in the store: the column still exists (runs --json, signatures)
+        return pl.DataFrame(
+            schema={"source_id": pl.String, "run_index": pl.Int32, "error": pl.String}
+        )
     tb = err.filter(pl.col("kind") == "traceback")
     chosen = tb if not tb.is_empty() else err
     return (
@@ -303,6 +306,11 @@ def filter_match(df: pl.DataFrame, match: str) -> pl.DataFrame:
 
 def find_runs(store: Store, match: str, *, classify: bool = True) -> pl.DataFrame:
     """Runs matching a name fragment, newest first; RunNotFound names the runs that exist."""
+    if not match or not match.strip():
+        raise UsageError(
+            f"{match!r}: an empty run name matches every run",
+            hint="give a run name, a fragment of it, or a run id (forensics runs)",
+        )
     df = runs_table(store, classify=classify)
     if df.is_empty():
         raise RunNotFound(

@@ -36,6 +36,9 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LOCK = "store.lock"
 DEFAULT_LOCK_TIMEOUT = 30.0
+QUARANTINE_LOCK_TIMEOUT = 5.0  # a reader waits this long to quarantine a corrupt part (C03)
+QUARANTINE_KEY = "quarantined"  # meta: the parts set aside, newest last
+CORRUPT_MARK = ".corrupt-"  # a quarantined part: <part>.corrupt-<timestamp>, never collected
 
 
 def default_root() -> Path:
@@ -68,20 +71,33 @@ class Manifest:
                 f"{path}: unreadable store manifest ({exc})",
                 hint=f"move {path.parent} aside and ingest again",
             ) from exc
+        if not isinstance(raw, dict):
+            raise StoreError(
+                f"{path}: unreadable store manifest (a JSON {type(raw).__name__}, not an object)",
+                hint=f"move {path.parent} aside and ingest again",
+            )
         version = raw.get("schema_version")
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"{path}: store schema version {version}, this forensics reads {SCHEMA_VERSION}",
                 hint="use a matching forensics version or a new --store",
             )
-        return cls(
-            schema_version=version,
-            tables={k: list(v) for k, v in raw.get("tables", {}).items()},
-            part_source=dict(raw.get("part_source", {})),
-            sources=dict(raw.get("sources", {})),
-            meta=dict(raw.get("meta", {})),
-            generation=int(raw.get("generation", 0)),
-        )
+        try:
+            tables = raw.get("tables", {})
+            man = cls(
+                schema_version=version,
+                tables={str(k): [str(p) for p in v] for k, v in tables.items()},
+                part_source=dict(raw.get("part_source", {})),
+                sources=dict(raw.get("sources", {})),
+                meta=dict(raw.get("meta", {})),
+                generation=int(raw.get("generation", 0)),
+            )
+        except (AttributeError, TypeError, ValueError) as exc:  # C09: a damaged manifest
+            raise StoreError(
+                f"{path}: damaged store manifest ({type(exc).__name__}: {exc})",
+                hint=f"move {path.parent} aside and ingest again",
+            ) from exc
+        return man
 
     def to_json(self) -> str:
         return json.dumps(
@@ -106,6 +122,9 @@ class Store:
         self.root = Path(root)
         self._cache: dict[str, pl.DataFrame] = {}
         self._cache_gen = -1
+        self._lock_depth = 0  # > 0 while this process holds the store lock
+        # What a read had to set aside (C03); the CLI prints these as warnings.
+        self.warnings: list[str] = []
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -149,18 +168,84 @@ class Store:
             try:
                 frames.append(pl.read_parquet(p))
             except FileNotFoundError as exc:
-                raise StoreError(
-                    f"{p}: a part listed in the manifest is missing",
-                    hint=f"re-ingest into a fresh --store; {self.root} is damaged",
-                ) from exc
+                if self._lock_depth:
+                    raise StoreError(
+                        f"{p}: a part listed in the manifest is missing",
+                        hint="run `forensics runs` to set it aside, then retry",
+                    ) from exc
+                self._quarantine(name, p.name, exc, missing=True)
             except Exception as exc:  # corrupt part (C03)
-                raise StoreError(
-                    f"{p}: corrupt store part ({exc})",
-                    hint=f"re-ingest into a fresh --store; {self.root} is damaged",
-                ) from exc
+                if self._lock_depth:  # inside a write: change nothing, stop
+                    raise StoreError(
+                        f"{p}: corrupt store part ({exc})",
+                        hint="run `forensics runs` to quarantine it, then retry",
+                    ) from exc
+                self._quarantine(name, p.name, exc)
         df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
         self._cache[name] = df
         return df
+
+    def _quarantine(
+        self, table: str, part: str, exc: BaseException, *, missing: bool = False
+    ) -> None:
+        """C03: rename a corrupt part to ``<part>.corrupt-<ts>`` and unlist it; keep the rest.
+
+        Its source is marked for a full re-read, so the next ``ingest`` of that file rebuilds
+        every record of it (no loss while the log exists, no duplicates). Nothing is deleted.
+        """
+        src = self.root / "tables" / table / part
+        dest = src.with_name(f"{part}{CORRUPT_MARK}{time.strftime('%Y%m%dT%H%M%S')}")
+        cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if missing:
+            cause = "the file is missing"
+        renamed = False
+        source_path = None
+        try:
+            with self.transaction(QUARANTINE_LOCK_TIMEOUT) as tx:
+                if part not in tx.man.tables.get(table, []):
+                    return  # another process quarantined it already
+                if not missing:
+                    os.replace(src, dest)
+                    renamed = True
+                tx.man.tables[table].remove(part)
+                sid = tx.man.part_source.pop(part, "") or ""
+                base = sid.split("~", 1)[0]
+                rec = tx.man.sources.get(base) if base else None
+                if rec is not None:
+                    source_path = rec.get("path")
+                    # not "unchanged", not "grown": the next ingest re-reads it from byte 0
+                    tx.man.sources[base] = {**rec, "head_hash_full": None, "state": None}
+                log = tx.man.meta.get(QUARANTINE_KEY)
+                log = list(log) if isinstance(log, list) else []
+                log.append(
+                    {
+                        "table": table,
+                        "part": part,
+                        "renamed_to": None if missing else dest.name,
+                        "source": source_path,
+                        "error": cause,
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    }
+                )
+                tx.man.meta[QUARANTINE_KEY] = log
+        except StoreLocked:
+            self.warnings.append(
+                f"{src}: bad store part ({cause}); not shown (the store is busy, so it was "
+                "not quarantined yet; run the command again)"
+            )
+            return
+        except BaseException:
+            if renamed:
+                with contextlib.suppress(OSError):
+                    os.replace(dest, src)
+            raise
+        fix = (
+            f"forensics ingest {source_path} restores its records"
+            if source_path
+            else "its rows are left out"
+        )
+        what = "unlisted" if missing else f"quarantined as {dest.name}"
+        self.warnings.append(f"{src}: bad store part ({cause}); {what}; {fix}")
 
     def sources(self) -> dict[str, dict[str, Any]]:
         return self.manifest().sources
@@ -195,7 +280,11 @@ class Store:
                     time.sleep(0.05)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
-            yield
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
@@ -223,7 +312,7 @@ class Store:
                 continue
             listed = set(man.tables.get(tdir.name, []))
             for f in tdir.iterdir():
-                if f.name not in listed:
+                if f.name not in listed and CORRUPT_MARK not in f.name:
                     with contextlib.suppress(OSError):
                         f.unlink()
 

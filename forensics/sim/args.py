@@ -244,11 +244,45 @@ def _model_family(model_path: str) -> str:
     return "llama" if "llama" in low else "other"
 
 
+# Numeric flags the simulator cannot run with: (dest, flag, low, high or None, low excluded).
+# Out of range is a usage error (exit 2), never a crash deep in the server.
+RANGES = (
+    ("port", "--port", 1, 65535, False),
+    ("tp_size", "--tp-size", 1, None, False),
+    ("dp_size", "--dp-size", 1, None, False),
+    ("speculative_num_steps", "--speculative-num-steps", 1, None, False),
+    ("speculative_eagle_topk", "--speculative-eagle-topk", 1, None, False),
+    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1, None, False),
+    ("decode_log_interval", "--decode-log-interval", 1, None, False),
+    ("sim_speed", "--sim-speed", 0, None, True),
+    ("sim_drafter_quality", "--sim-drafter-quality", 0, 1, False),
+    ("sim_base_tok_s", "--sim-base-tok-s", 0, None, True),
+    ("sim_eos_rate", "--sim-eos-rate", 0, 1, False),
+    ("sim_fail_after", "--sim-fail-after", 0, None, False),
+)
+
+
+def _check_ranges(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    for dest, flag, low, high, open_low in RANGES:
+        v = getattr(ns, dest, None)
+        if v is None:
+            continue
+        bad = v != v or v in (float("inf"), float("-inf")) or v < low or (open_low and v == low)
+        if high is not None and v > high:
+            bad = True
+        if bad:
+            want = f"more than {low}" if open_low else f"at least {low}"
+            if high is not None:
+                want = f"{low} to {high}"
+            parser.error(f"argument {flag}: {v} is out of range (must be {want})")
+
+
 def parse_args(argv: list[str]) -> SimConfig:
     """Parse and resolve; exits 2 on bad flags like argparse, 1 on ServerArgs assertion."""
     style = STYLES[_pre_style(argv)]
     parser = build_parser(style)
     ns = parser.parse_args(argv)
+    _check_ranges(parser, ns)
     bare: list[str] = []
 
     if ns.sim_style == "0.5.23" and ns.disable_cuda_graph:
