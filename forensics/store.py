@@ -115,6 +115,22 @@ class Manifest:
         )
 
 
+def _check_owner(root: Path) -> None:
+    """Refuse a store folder others could write into (bad-inputs §3.6): another user could
+    plant parts or a manifest there. It must be ours and not group- or world-writable."""
+    st = root.stat()
+    if st.st_uid != os.geteuid():
+        raise StoreError(
+            f"{root}: store folder belongs to uid {st.st_uid}, not to you",
+            hint="pass --store DIR with a folder of your own",
+        )
+    if st.st_mode & 0o022:
+        raise StoreError(
+            f"{root}: store folder is writable by others (mode {st.st_mode & 0o777:o})",
+            hint=f"chmod go-w {root}, or pass --store DIR",
+        )
+
+
 class Store:
     """A forensics store rooted at a folder."""
 
@@ -142,6 +158,7 @@ class Store:
                     f"{root}: cannot create the store ({exc.strerror})",
                     hint="pass --store DIR or set FORENSICS_HOME to a writable folder",
                 ) from exc
+        _check_owner(root)
         return cls(root)
 
     @property

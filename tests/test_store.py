@@ -235,3 +235,19 @@ def test_schema_version_mismatch_is_a_store_error(tmp_path):
     with pytest.raises(StoreError) as exc:
         Store.open(st).table("runs")
     assert exc.value.exit_code == 7 and "schema version 999" in str(exc.value)
+
+
+def test_store_folder_writable_by_others_is_refused(tmp_path):
+    """bad-inputs §3.6: a group- or world-writable store root is refused (exit 7), not used."""
+    from forensics.errors import EXIT_STORE, StoreError
+    from forensics.store import Store
+
+    shared = tmp_path / "shared-store"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(StoreError) as ei:
+        Store.open(shared)
+    assert ei.value.exit_code == EXIT_STORE
+    assert "writable by others" in str(ei.value) and "chmod go-w" in str(ei.value)
+    shared.chmod(0o700)
+    assert Store.open(shared).root == shared
