@@ -1325,13 +1325,11 @@ def resolve_target(target: str, port: int | None = None) -> str:
 
 
 def run_port(store: Store, run_id: str) -> int | None:
-    try:
-        from forensics.runs import runs_table
-    except ImportError:
-        return None
     import polars as pl
 
-    df = runs_table(store)
+    from forensics.runs import runs_table
+
+    df = runs_table(store, classify=False)
     if df.is_empty() or "port" not in df.columns:
         return None
     hit = df.filter(pl.col("run_id") == run_id)
@@ -1344,11 +1342,9 @@ def find_run_for_url(store: Store, url: str) -> tuple[str, str] | None:
     """The latest run whose port matches the URL's port (host preferred); (run_id, name)."""
     import polars as pl
 
-    try:
-        from forensics.runs import runs_table
-    except ImportError:
-        return None
-    df = runs_table(store)
+    from forensics.runs import runs_table
+
+    df = runs_table(store, classify=False)
     if df.is_empty() or "port" not in df.columns:
         return None
     parts = urlsplit(url)
@@ -1376,7 +1372,7 @@ def find_run_for_url(store: Store, url: str) -> tuple[str, str] | None:
 def resolve_run(store: Store, match: str) -> tuple[str, str]:
     from forensics.runs import find_runs
 
-    df = find_runs(store, match)
+    df = find_runs(store, match, classify=False)
     if df.height > 1:
         names = ", ".join(str(n) for n in df["name"].to_list()[:10])
         raise UsageError(

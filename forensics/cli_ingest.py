@@ -133,15 +133,12 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
 @click.pass_context
 def runs_cmd(ctx, match, fmt, all_columns):
     """One table of every run (filter by a name fragment)."""
-    from forensics.errors import RunNotFound
-    from forensics.runs import RUN_COLUMNS, runs_table
+    from forensics.runs import RUN_COLUMNS, find_runs, runs_table
 
     store = get_store(ctx)
     df = runs_table(store, match)
     if match and df.is_empty():
-        full = runs_table(store)
-        names = ", ".join(full["name"].head(12).to_list()) if not full.is_empty() else "none"
-        raise RunNotFound(f"{match}: no run matches (runs: {names})", hint="forensics runs")
+        find_runs(store, match)  # raises RunNotFound naming the runs that exist
     if fmt in ("json", "csv"):
         emit_frame(df.select([c for c in RUN_COLUMNS if c in df.columns]), fmt)
         return

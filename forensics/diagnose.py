@@ -376,8 +376,9 @@ def diagnose(
         if ex:
             return _diagnose_remote_file(host, log, match)
     launches = _find_launches(store, match)
+    table = runs_table(store)
     try:
-        hits = find_runs(store, match)
+        hits = find_runs(store, match, table=table)
     except RunNotFound as exc:
         reports = [_launch_report(store, la) for la in launches]
         reports += [_recipe_report(r) for r in _find_recipes(match)] if not launches else []
@@ -393,7 +394,6 @@ def diagnose(
                 hint=exc.hint,
             ) from None
         raise
-    table = runs_table(store)
     reports = [run_report(store, r, table) for r in hits.to_dicts()]
     # recorded launches of that name whose log never appeared
     seen = {r["path"] for r in reports}

@@ -304,14 +304,19 @@ def filter_match(df: pl.DataFrame, match: str) -> pl.DataFrame:
     )
 
 
-def find_runs(store: Store, match: str, *, classify: bool = True) -> pl.DataFrame:
-    """Runs matching a name fragment, newest first; RunNotFound names the runs that exist."""
+def find_runs(
+    store: Store, match: str, *, classify: bool = True, table: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Runs matching a name fragment, newest first; RunNotFound names the runs that exist.
+
+    ``table``: the runs table when the caller already built it (it is not built twice).
+    """
     if not match or not match.strip():
         raise UsageError(
             f"{match!r}: an empty run name matches every run",
             hint="give a run name, a fragment of it, or a run id (forensics runs)",
         )
-    df = runs_table(store, classify=classify)
+    df = runs_table(store, classify=classify) if table is None else table
     if df.is_empty():
         raise RunNotFound(
             f"{match}: no runs in the store {store.root}",
