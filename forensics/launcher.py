@@ -73,6 +73,7 @@ from forensics.recipe import (
     with_simulator,
 )
 from parsers.journal import parse_journal
+from parsers.sglang import stage_of
 from parsers.shell import Chain, Step, launching_command_line, parse_chain
 
 if TYPE_CHECKING:
@@ -88,72 +89,6 @@ STOP_GRACE_S = 10.0
 # Launch states whose process group may still run unrecorded (Ctrl-C during the health wait).
 UNSETTLED = ("registered", "running", "interrupted")
 TAIL_BYTES = 2000
-
-# Startup stages seen in the log while following it (reference §2; first match wins).
-STAGES = (
-    ("dist_init", re.compile(r"Init torch distributed begin")),
-    ("load_begin", re.compile(r"Load weight begin")),
-    ("load_end", re.compile(r"Load weight end")),
-    ("kv_pool", re.compile(r"KV Cache is allocated|Memory pool end")),
-    ("capture_begin", re.compile(r"(?i)Capture (?:\w+ )*cuda graph begin")),
-    ("capture_end", re.compile(r"(?i)Capture (?:\w+ )*cuda graph end")),
-    ("uvicorn_started", re.compile(r"Uvicorn running on")),
-    ("ready", re.compile(r"The server is fired up and ready to roll")),
-)
-
-# Failures recognised in the log tail when forensics.signatures is not available
-# (id, phase, pattern, explanation, next step).
-LOG_SIGNATURES = (
-    (
-        "port-in-use",
-        "pre-exec",
-        re.compile(r"address already in use|\[Errno 98\]"),
-        "the server could not bind its port: another process holds it",
-        "stop the old server (forensics stop NAME) or pick another --port",
-    ),
-    (
-        "capture-oom",
-        "capture",
-        re.compile(r"(?is)Capture cuda graph failed.{0,400}out of memory"),
-        "CUDA graph capture ran out of GPU memory",
-        "lower --cuda-graph-max-bs (--cuda-graph-max-bs-decode on SGLang >= 0.5.14) or --mem-fraction-static, or fewer draft tokens",
-    ),
-    (
-        "capture-error",
-        "capture",
-        re.compile(r"(?i)Capture cuda graph failed"),
-        "CUDA graph capture failed",
-        "retry with --disable-cuda-graph to confirm, then read the traceback",
-    ),
-    (
-        "kv-oom",
-        "load",
-        re.compile(r"Not enough memory|KV cache pool|max_total_num_tokens.*<=\s*0"),
-        "no GPU memory left for the KV cache",
-        "raise --mem-fraction-static or free the GPUs",
-    ),
-    (
-        "cuda-oom",
-        "load",
-        re.compile(r"CUDA out of memory|OutOfMemoryError"),
-        "the GPU ran out of memory",
-        "check nvidia-smi for other holders; lower the memory settings",
-    ),
-    (
-        "illegal-memory-access",
-        "runtime",
-        re.compile(r"illegal memory access"),
-        "a CUDA kernel hit an illegal memory access",
-        "retry without CUDA graphs / with a smaller draft; collect dmesg Xid lines",
-    ),
-    (
-        "nccl-timeout",
-        "runtime",
-        re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout"),
-        "a collective operation timed out",
-        "check for a hung rank (py-spy dump) and GPU errors (dmesg Xid)",
-    ),
-)
 
 # Programs run inline in the wrapper shell (they change the shell's own state).
 INLINE_PROGRAMS = {"cd", "export", "set", "umask", "ulimit", "source", ".", "unset", "pushd"}
@@ -750,42 +685,31 @@ def diagnose_journal(frame_or_path: pl.DataFrame | str | Path) -> dict[str, Any]
 
 
 def match_log(text: str) -> dict[str, Any] | None:
-    """A failure signature in the log text: forensics.signatures (the catalog) first, else the
-    small ``LOG_SIGNATURES`` table."""
-    try:
-        from forensics import signatures
-    except ImportError:  # pragma: no cover - the catalog ships with forensics
-        signatures = None  # type: ignore[assignment]
-    if signatures is not None:
-        hit = signatures.best(signatures.match(text))
-        if hit is not None:
-            sig = hit.signature
-            cause = getattr(hit, "cause", None) or {}
-            line = ""
-            for rx in sig.patterns:
-                m = rx.search(text)
-                if m:
-                    line = (
-                        text[: m.start()].rsplit("\n", 1)[-1] + text[m.start() :].split("\n", 1)[0]
-                    )
-                    break
-            values = dict(hit.groups)
-            remedies = list(sig.remedies)
-            if isinstance(cause, dict) and cause.get("explanation"):
-                values["cause"] = cause["explanation"]
-                remedies = list(cause.get("remedies") or []) + remedies
-            return {
-                "id": sig.id,
-                "phase": sig.phase,
-                "explanation": signatures.render(sig.explanation, **values),
-                "fix": signatures.render(remedies[0]) if remedies else None,
-                "line": line,
-            }
-    for sid, phase, pattern, why, fix in LOG_SIGNATURES:
-        m = pattern.search(text)
-        if m:
-            line = text[: m.start()].rsplit("\n", 1)[-1] + text[m.start() :].split("\n", 1)[0]
-            return {"id": sid, "phase": phase, "explanation": why, "fix": fix, "line": line}
+    """A failure signature in the log text, from the catalog (forensics.signatures)."""
+    from forensics import signatures
+
+    hit = signatures.best(signatures.match(text))
+    if hit is not None:
+        sig = hit.signature
+        cause = getattr(hit, "cause", None) or {}
+        line = ""
+        for rx in sig.patterns:
+            m = rx.search(text)
+            if m:
+                line = text[: m.start()].rsplit("\n", 1)[-1] + text[m.start() :].split("\n", 1)[0]
+                break
+        values = dict(hit.groups)
+        remedies = list(sig.remedies)
+        if isinstance(cause, dict) and cause.get("explanation"):
+            values["cause"] = cause["explanation"]
+            remedies = list(cause.get("remedies") or []) + remedies
+        return {
+            "id": sig.id,
+            "phase": sig.phase,
+            "explanation": signatures.render(sig.explanation, **values),
+            "fix": signatures.render(remedies[0]) if remedies else None,
+            "line": line,
+        }
     return None
 
 
@@ -1132,14 +1056,12 @@ def _run(
 
 
 def _phase_of(stages: list[str]) -> str:
-    if not stages:
-        return "load"
-    last = stages[-1]
-    if last in ("capture_begin",):
-        return "capture"
-    if last in ("uvicorn_started", "ready", "capture_end"):
-        return "runtime" if last == "ready" else "capture"
-    return "load"
+    """The phase a launch was in when it stopped: that of the last startup stage seen."""
+    from forensics.runs import STAGE_RANK
+
+    rank = {stage: r for stage, _, r in STAGE_RANK}
+    seen = [rank[s] for s in stages if s in rank]
+    return {3: "capture", 4: "runtime"}.get(seen[-1] if seen else 0, "load")
 
 
 def _log_tail(host: Host, path: str | None, nbytes: int = 64 << 10) -> str:
@@ -1166,12 +1088,10 @@ def _follow(
     if cut == 0:
         return offset
     for line in data[:cut].decode("utf-8", "replace").splitlines():
-        for stage, pattern in STAGES:
-            if pattern.search(line):
-                if stage not in stages or stage == "load_end":
-                    stages.append(stage)
-                    _emit(progress, event="stage", stage=stage, line=line.strip()[:200])
-                break
+        stage = stage_of(line)
+        if stage is not None and (stage not in stages or stage == "load_end"):
+            stages.append(stage)
+            _emit(progress, event="stage", stage=stage, line=line.strip()[:200])
     return offset + cut
 
 

@@ -281,6 +281,24 @@ def match_rule(msg: str) -> tuple[str, re.Match[str], str | None, str] | None:
     return None
 
 
+def _capture_edge(msg: str) -> str:
+    """``begin`` or ``end`` for a ``Capture ... graph begin|end`` line."""
+    return "begin" if " begin" in msg[: msg.find("graph") + 12] else "end"
+
+
+def stage_of(line: str) -> str | None:
+    """The startup stage a raw log line marks (the ``stage`` names of the events frame), or
+    None: the same rules as the parser, for code that follows a log live."""
+    m = PREFIX_RX.match(line)
+    msg = line[m.end() :] if m is not None and m.end() else line
+    rule = match_rule(msg)
+    if rule is None or rule[2] is None:
+        return None
+    if rule[2] == "capture":
+        return "capture_" + _capture_edge(msg)
+    return rule[2]
+
+
 # A traceback frame line with no open traceback: the header was lost.
 ORPHAN_FRAME_RX = re.compile(r'^\s+File "[^"]+", line \d+, in \S|^\s+File "/')
 # After a frame line, a flush-left piece that is no exception line: the rest of the frame line,
@@ -1049,7 +1067,7 @@ class LogParser:
             scope = "target" if seen[rank] == 1 else "draft"
         elif name == "capture_edge":
             raw_scope = (mm.group("scope") or "").strip()
-            edge = "begin" if " begin" in msg[: msg.find("graph") + 12] else "end"
+            edge = _capture_edge(msg)
             stage = f"capture_{edge}"
             if raw_scope.startswith("target") or not raw_scope:
                 scope = "target"

@@ -109,3 +109,15 @@ def test_fast_metrics_path_equals_the_general_path_on_every_fixture():
             assert _norm(fast) == _norm(general), f.name
             checked += len(fast)
     assert checked > 50
+
+
+def test_stage_of_names_the_stages_the_parser_records():
+    """Live log following (the launcher) and the parser read stages from one table."""
+    text = (
+        Path(__file__).resolve().parent.parent / "fixtures" / "sglang_eagle3_cg_16dt.log"
+    ).read_text()
+    frames = S.parse_text(text, "x.log")
+    recorded = set(frames.events["stage"].to_list())
+    seen = {S.stage_of(line) for line in text.replace("\r", "\n").splitlines()} - {None}
+    assert {"load_begin", "load_end", "capture_begin", "capture_end", "ready"} <= seen
+    assert seen <= recorded
