@@ -139,6 +139,19 @@ class _Tok:
     fd: int | None = None
 
 
+def _substitution_end(text: str, i: int) -> int | None:
+    """End of a ``$(...)``, ``${...}`` or backtick substitution starting at ``i`` (kept whole,
+    never evaluated), or None when none starts there."""
+    n = len(text)
+    c = text[i]
+    if c == "$" and i + 1 < n and text[i + 1] in "({":
+        return _skip_balanced(text, i + 2, text[i + 1], ")" if text[i + 1] == "(" else "}")
+    if c == "`":
+        j = text.find("`", i + 1)
+        return n if j < 0 else j + 1
+    return None
+
+
 def _skip_balanced(text: str, i: int, open_: str, close: str) -> int:
     """Index after the bracket closing the one at text[i-1]; quotes inside are honoured."""
     depth = 1
@@ -186,14 +199,8 @@ def _skip_dquote(text: str, i: int) -> tuple[str, int]:
             out.append(c)
             i += 1
             continue
-        if c == "$" and i + 1 < n and text[i + 1] in "({":
-            j = _skip_balanced(text, i + 2, text[i + 1], ")" if text[i + 1] == "(" else "}")
-            out.append(text[i:j])
-            i = j
-            continue
-        if c == "`":
-            j = text.find("`", i + 1)
-            j = n if j < 0 else j + 1
+        j = _substitution_end(text, i)
+        if j is not None:
             out.append(text[i:j])
             i = j
             continue
@@ -274,15 +281,8 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
                     break
                 i = j
                 continue
-            if c == "$" and i + 1 < n and text[i + 1] in "({":
-                close = ")" if text[i + 1] == "(" else "}"
-                j = _skip_balanced(text, i + 2, text[i + 1], close)
-                out.append(text[i:j])
-                i = j
-                continue
-            if c == "`":
-                j = text.find("`", i + 1)
-                j = n if j < 0 else j + 1
+            j = _substitution_end(text, i)
+            if j is not None:
                 out.append(text[i:j])
                 i = j
                 continue
