@@ -886,12 +886,14 @@ def _run(
         journal=journal, work_dir=work, launch_id=launch_id, shell=shell, begin=begin
     )
     host.write(f"{work}/sup.sh", sup.encode())
-    sup_pid = host.spawn(f"exec sh {shlex.quote(work + '/sup.sh')}")
-    _record(store, {**base, "status": "running", "pid": sup_pid})
-    _emit(progress, event="status", status="running", journal=journal)
-
-    server_pid = None
+    server_pid = sup_pid = None
     try:
+        # inside the try: a Ctrl-C right after the spawn (the server may already be up) must
+        # still record the group, or `forensics stop` could not find it
+        sup_pid = host.spawn(f"exec sh {shlex.quote(work + '/sup.sh')}")
+        _record(store, {**base, "status": "running", "pid": sup_pid})
+        _emit(progress, event="status", status="running", journal=journal)
+
         # 1. the chain: until the wrapper exits (every step has a deadline, so this ends)
         n_steps = len(run_chain.steps)
         chain_deadline = time.monotonic() + n_steps * (step_deadline + KILL_AFTER_S + 2) + 20
