@@ -28,6 +28,10 @@ def _progress(event: dict) -> None:
         click.echo(f"  stage {event.get('stage')}: {event.get('line')}", err=True)
     elif kind == "health":
         click.echo("  /health: 200 (ready)", err=True)
+        if event.get("note"):
+            click.echo(f"  note: {event['note']}", err=True)
+    elif kind == "unverified":
+        click.echo(f"  not ready yet: {event.get('problem')}", err=True)
     elif kind == "server":
         click.echo(f"  server started (pgid {event.get('pid')})", err=True)
 

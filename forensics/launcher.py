@@ -85,6 +85,12 @@ Progress = Callable[[dict[str, Any]], None]
 KILL_AFTER_S = 2  # timeout -k: SIGKILL this long after the deadline's SIGTERM
 POLL_S = 0.15
 HEALTH_POLL_S = 0.5
+# H06/H11: ready = this many 200s in a row from /health (each probe with its own timeout), then
+# the server's process group alive and a 1-token /generate answered: /health alone is not trusted
+HEALTH_OK_STREAK = 3
+HEALTH_CONFIRM_S = 0.2  # between the probes of a streak
+HEALTH_PROBE_TIMEOUT_S = 5.0
+GENERATE_PROBE_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 # Launch states whose process group may still run unrecorded (Ctrl-C during the health wait).
 UNSETTLED = ("registered", "running", "interrupted")
@@ -742,32 +748,102 @@ def _probe(host: Host) -> dict[str, Any]:
     }
 
 
-def _health(host: Host, url: str, tools: set[str]) -> int | None:
-    """HTTP status of the health URL as seen from the host (None when nothing answers)."""
+def _http(
+    host: Host, url: str, tools: set[str], *, timeout: float, body: bytes | None = None
+) -> int | None:
+    """HTTP status of ``url`` as seen from the host (None when nothing answers in ``timeout``).
+
+    GET, or POST of the JSON ``body``. Locally with urllib; on a remote host with curl (or
+    wget), so the request comes from where the server runs.
+    """
     if _is_local(host):
         import urllib.error
         import urllib.request
 
+        req = urllib.request.Request(url, data=body)  # noqa: S310 - our URL
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - our URL
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+                resp.read()
                 return resp.status
         except urllib.error.HTTPError as exc:
             return exc.code
         except (OSError, ValueError):
             return None
-    q = shlex.quote(url)
+    q, t = shlex.quote(url), f"{timeout:g}"
     if "curl" in tools:
-        script = f"curl -s -o /dev/null -m 2 -w '%{{http_code}}' {q}"
+        post = (
+            f"-X POST -H 'Content-Type: application/json' --data-binary {shlex.quote(body.decode())} "
+            if body is not None
+            else ""
+        )
+        script = f"curl -s -o /dev/null -m {t} {post}-w '%{{http_code}}' {q}"
     elif "wget" in tools:
-        script = f"wget -q -T 2 -O /dev/null -S {q} 2>&1 | awk '/HTTP\\//{{c=$2}} END{{print c}}'"
+        post = (
+            f"--header='Content-Type: application/json' --post-data={shlex.quote(body.decode())} "
+            if body is not None
+            else ""
+        )
+        script = (
+            f"wget -q -T {t} -t 1 -O /dev/null -S {post}{q} 2>&1 "
+            "| awk '/HTTP\\//{c=$2} END{print c}'"
+        )
     else:
         return None
-    res = host.run(script, timeout=10, allow_timeout=True)
+    res = host.run(script, timeout=timeout + 10, allow_timeout=True)
     try:
         code = int(res.text.strip()[-3:])
     except ValueError:
         return None
     return code or None
+
+
+def _health(host: Host, url: str, tools: set[str]) -> int | None:
+    """HTTP status of the health URL as seen from the host (None when nothing answers)."""
+    return _http(host, url, tools, timeout=HEALTH_PROBE_TIMEOUT_S)
+
+
+def _generate_url(health_url: str) -> str:
+    """The server's /generate beside its health URL (same scheme, host and port)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(health_url)
+    return urlunsplit((u.scheme, u.netloc, "/generate", "", ""))
+
+
+PROBE_BODY = json.dumps(
+    {"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+).encode()
+
+
+def _verify_ready(
+    host: Host, health_url: str, pgid: int | None, tools: set[str]
+) -> tuple[str | None, str | None]:
+    """H11: after /health said 200, is the server really serving? ``(problem, note)``.
+
+    ``problem`` (None when ready): the launched process group is gone (then something else
+    answers the port), or a 1-token /generate failed or did not answer in time. ``note``: what
+    could not be checked (no /generate on this server, no curl on the host).
+    """
+    if pgid:
+        res = host.run(f"kill -0 -{int(pgid)} 2>/dev/null && echo alive", timeout=10)
+        if res.text.strip() != "alive":
+            return (
+                f"/health answers 200 but the launched process group {pgid} is gone: "
+                "another process serves that port",
+                None,
+            )
+    url = _generate_url(health_url)
+    if not _is_local(host) and not tools & {"curl", "wget"}:
+        return None, f"{host.name} has neither curl nor wget: a 1-token {url} was not tried"
+    code = _http(host, url, tools, timeout=GENERATE_PROBE_TIMEOUT_S, body=PROBE_BODY)
+    if code == 200:
+        return None, None
+    if code in (404, 405):  # not an SGLang /generate: health and the group are all we have
+        return None, f"{url} answered {code}: readiness rests on /health and the process group"
+    seen = f"answered {code}" if code else f"did not answer within {GENERATE_PROBE_TIMEOUT_S:g} s"
+    return f"/health answers 200 but a 1-token {url} {seen}", None
 
 
 def _read_journal(host: Host, path: str, launch_id: str) -> pl.DataFrame:
@@ -917,26 +993,37 @@ def _run(
         # 2. the server: follow the log, poll health, until ready / exited / deadline
         stages: list[str] = []
         status, health_code, server_pid = "failed", None, None
+        unverified: str | None = None  # H11: why a healthy-looking server was not trusted
+        server_pgid = None
         # a port bound before the start answers for someone else: /health proves nothing then
         port_taken = any(f.id == "port-in-use" for f in findings)
         srows = frame.filter(pl.col("event") == "server")
         if not srows.is_empty() or not frame.filter(pl.col("event") == "spawned").is_empty():
             end_at = time.monotonic() + health_deadline
             offset = 0
+            streak = 0
             while True:
                 frame = _read_journal(host, journal, launch_id)
                 srows = frame.filter(pl.col("event") == "server")
                 if server_pid is None and not srows.is_empty():
                     server_pid = srows["pid"][0]
+                    server_pgid = srows["pgid"][0] or server_pid
                     _emit(progress, event="server", pid=server_pid)
                 if recipe.log_path:
                     offset = _follow(host, recipe.log_path, offset, stages, progress)
                 if recipe.health_url and not port_taken:
                     health_code = _health(host, recipe.health_url, info["has"])
-                    if health_code == 200:
-                        status = "ready"
-                        _emit(progress, event="health", code=200)
-                        break
+                    streak = streak + 1 if health_code == 200 else 0
+                    if streak >= HEALTH_OK_STREAK:
+                        problem, note = _verify_ready(
+                            host, recipe.health_url, server_pgid, info["has"]
+                        )
+                        if problem is None:
+                            status = "ready"
+                            _emit(progress, event="health", code=200, note=note)
+                            break
+                        streak, unverified = 0, problem
+                        _emit(progress, event="unverified", problem=problem)
                 srv_no = srv.index if srv else None
                 ended = frame.filter((pl.col("event") == "end") & (pl.col("step") == srv_no))
                 if not ended.is_empty():
@@ -945,7 +1032,7 @@ def _run(
                 if time.monotonic() > end_at:
                     status = "timeout"
                     break
-                time.sleep(HEALTH_POLL_S)
+                time.sleep(HEALTH_CONFIRM_S if streak else HEALTH_POLL_S)
             if recipe.log_path:
                 _follow(host, recipe.log_path, offset, stages, progress)
         elif not wrapper_done:
@@ -992,6 +1079,16 @@ def _run(
                 explanation=f"the server failed: {sig.get('explanation')}: "
                 f"{(sig.get('line') or '').strip()[:200]}",
                 next_steps=[sig["fix"]] if sig.get("fix") else [],
+            )
+        elif status == "timeout" and unverified:
+            diag.update(
+                cause="health-unverified",
+                phase=_phase_of(stages),
+                explanation=f"{unverified}; not ready within {health_deadline:g} s",
+                next_steps=[
+                    "py-spy dump the scheduler processes (a dead or stuck scheduler keeps "
+                    "/health green on some SGLang versions); check nvidia-smi and the log tail"
+                ],
             )
         elif status == "timeout":
             diag.update(

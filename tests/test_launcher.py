@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -248,3 +249,131 @@ def test_seed_replay_over_ssh_is_a_self_kill(ssh_config, store, tmp_path):
     assert res["host"] == "sshtest"
     assert (res["cause"], res["step"]) == ("cleanup-self-kill", 1)
     assert res["log_exists"] is False
+
+
+# --------------------------------------------------------------------------- H06 / H11
+
+FLAPPER = r"""
+import http.server, json, sys, time
+port, flaps, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+seen = {"health": 0, "generate": 0}
+
+class H(http.server.BaseHTTPRequestHandler):
+    def _answer(self, code):
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        seen["health"] += 1
+        # alternate 200/503 for the first `flaps` probes (flaps < 0: forever), then 200
+        n = seen["health"]
+        flapping = flaps < 0 or n <= flaps
+        self._answer(200 if not flapping or n % 2 else 503)
+        open(log, "w").write(json.dumps(seen))
+
+    def do_POST(self):
+        seen["generate"] += 1
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(200)
+        open(log, "w").write(json.dumps(seen))
+
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def _flapper(tmp_path, name, flaps):
+    script = tmp_path / "flapper.py"
+    script.write_text(FLAPPER)
+    port, seen = _free_port(), tmp_path / f"{name}.seen.json"
+    recipe = Recipe(
+        name=name,
+        server=[sys.executable, str(script), str(port), str(flaps), str(seen)],
+        log_path=str(tmp_path / "logs" / f"{name}.log"),
+        health_url=f"http://127.0.0.1:{port}/health",
+    )
+    return recipe, seen
+
+
+def test_H06_flapping_health_is_ready_only_after_three_200s_in_a_row(store, tmp_path):
+    recipe, seen = _flapper(tmp_path, "flap_then_steady", flaps=7)
+    res = launcher.launch(store, recipe, deadline=20)
+    try:
+        assert res["status"] == "ready", res
+        counts = json.loads(seen.read_text())
+        # probes 1-7 alternate 200/503 (200 at odd n): never three in a row; 7, 8, 9 are
+        # the first streak, and no probe follows the ready one
+        assert counts["health"] == 9
+        assert counts["generate"] == 1  # H11: one 1-token /generate confirmed it
+    finally:
+        launcher.stop(store, recipe.name, grace_s=3)
+
+
+def test_H06_health_flapping_forever_is_never_ready(store, tmp_path):
+    recipe, seen = _flapper(tmp_path, "flap_forever", flaps=-1)
+    res = launcher.launch(store, recipe, deadline=4)
+    try:
+        assert res["status"] == "timeout" and res["cause"] == "health-timeout", res
+        counts = json.loads(seen.read_text())
+        assert counts["health"] >= 4 and counts["generate"] == 0
+    finally:
+        launcher.stop(store, recipe.name, grace_s=3)
+
+
+def test_H11_health_200_while_the_scheduler_hangs_is_not_ready(store, tmp_path, monkeypatch):
+    """SGLang 0.4.6's /health answers 200 without asking the scheduler; a hung scheduler then
+    looks healthy. The 1-token /generate that confirms readiness does not answer."""
+    monkeypatch.setattr(launcher, "GENERATE_PROBE_TIMEOUT_S", 1.5)
+    recipe = Recipe(
+        name="hung_scheduler",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m",
+                "--sim-style", "0.4.6", "--sim-hang", "runtime", "--watchdog-timeout", "100000"],
+        log_path=str(tmp_path / "logs" / "hung_scheduler.log"),
+        health_url=None,
+    )  # fmt: skip
+    sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
+    res = launcher.launch(store, recipe, sim=sim, deadline=6)
+    try:
+        assert res["status"] == "timeout", res
+        assert res["cause"] == "health-unverified"
+        assert "1-token" in res["explanation"] and "did not answer" in res["explanation"]
+        assert res["health"] == 200  # /health itself said yes all along
+        assert "ready_to_roll" in res["stages"] or res["stages"]  # the server had started
+    finally:
+        launcher.stop(store, recipe.name, grace_s=3)
+
+
+def test_H11_health_from_another_process_is_not_our_server(tmp_path):
+    """The launched group is gone but /health answers 200: someone else serves the port."""
+    recipe, seen = _flapper(tmp_path, "impostor", flaps=0)
+    port = int(recipe.server[2])
+    other = subprocess.Popen(recipe.server, start_new_session=True)
+    gone = subprocess.Popen(["sleep", "0"], start_new_session=True)
+    gone.wait()  # a process group that existed and is gone now
+    try:
+        _wait_port(port)
+        problem, _ = launcher._verify_ready(LocalHost(), recipe.health_url, gone.pid, set())
+        assert problem is not None and f"process group {gone.pid} is gone" in problem
+        assert not seen.exists() or json.loads(seen.read_text())["generate"] == 0
+        # the same server with the group alive: confirmed by one 1-token /generate
+        problem, note = launcher._verify_ready(LocalHost(), recipe.health_url, other.pid, set())
+        assert problem is None and note is None
+        assert json.loads(seen.read_text())["generate"] == 1
+    finally:
+        other.kill()
+        other.wait()
+
+
+def _wait_port(port: int, timeout: float = 20.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"port {port} never opened")
