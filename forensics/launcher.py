@@ -95,6 +95,9 @@ STOP_GRACE_S = 10.0
 # Launch states whose process group may still run unrecorded (Ctrl-C during the health wait).
 UNSETTLED = ("registered", "running", "interrupted")
 TAIL_BYTES = 2000
+# lint findings that stop `forensics launch` before anything runs (a replay runs the chain as
+# typed, so only disk-full stops it: the other findings are what it comes to observe)
+BLOCKING = ("port-in-use", "disk-full")
 
 # Programs run inline in the wrapper shell (they change the shell's own state).
 INLINE_PROGRAMS = {"cd", "export", "set", "umask", "ulimit", "source", ".", "unset", "pushd"}
@@ -921,6 +924,9 @@ def _run(
         "token": token,
     }
     findings = lint(recipe.replace(shell=orig_chain.text), host=host)
+    full = next((f for f in findings if f.id == "disk-full"), None)
+    if full is not None:  # S10: a replay on a full disk fails mid-write and fills it further
+        raise LaunchFailed(f"{recipe.name}: {full.explanation}", hint=full.alternative)
     log_dir = posixpath.dirname(recipe.log_path) if recipe.log_path else None
     if make_log_dir and log_dir:
         host.makedirs(log_dir)
@@ -1301,7 +1307,7 @@ def launch(
     if prev is not None and prev.get("status") in ("ready", *UNSETTLED) and prev.get("pgid"):
         stop(store, r.name)
     h = _host_for(r.host)
-    blocking = [f for f in lint(r.replace(shell=None), host=h) if f.id == "port-in-use"]
+    blocking = [f for f in lint(r.replace(shell=None), host=h) if f.id in BLOCKING]
     if blocking:
         raise LaunchFailed(
             f"{r.name}: {blocking[0].explanation}", hint=blocking[0].alternative.split(";")[0]

@@ -2,7 +2,7 @@
 
 ``lint(recipe, host=None)`` returns ``Finding``s. Rules in ``RULES`` (id, severity, what it
 detects, why it matters, the safer alternative, the check). Checks that need the host
-(``log-dir-missing``, ``port-in-use``) run only when a host is given.
+(``log-dir-missing``, ``disk-full``, ``port-in-use``) run only when a host is given.
 
 The self-kill check is concrete: it computes the command line of the shell that will run the
 chain (over SSH: ``bash -c '<the whole chain>'``) and regex-matches each ``pkill -f`` /
@@ -427,6 +427,54 @@ def _check_log_dir(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     )
 
 
+def free_space(host: Host, paths: list[str]) -> list[tuple[str, str, float]]:
+    """``(path, mount, free MiB)`` per filesystem holding ``paths`` (or their nearest existing
+    parent), one entry per mount, from ``df -Pk`` on the host. Unreadable ones are left out."""
+    import shlex
+
+    script = "; ".join(
+        f'p={shlex.quote(p)}; while [ ! -e "$p" ] && [ "$p" != / ] && [ "$p" != . ]; '
+        f'do p=$(dirname "$p"); done; echo "@{i}"; df -Pk "$p" 2>/dev/null | tail -n 1'
+        for i, p in enumerate(paths)
+    )
+    res = host.run(script, timeout=15, allow_timeout=True)
+    out: dict[str, tuple[str, str, float]] = {}
+    current = None
+    for line in res.text.splitlines():
+        if line.startswith("@") and line[1:].isdigit():
+            current = int(line[1:])
+            continue
+        parts = line.split()
+        if current is None or len(parts) < 6 or not parts[-3].isdigit():
+            continue
+        mount = parts[-1]
+        out.setdefault(mount, (paths[current], mount, int(parts[-3]) / 1024))
+    return list(out.values())
+
+
+def _check_disk(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    need = ctx.recipe.min_free_mb
+    if not need or ctx.host is None:
+        return
+    paths = [posixpath.dirname(ctx.recipe.log_path) or "."] if ctx.recipe.log_path else []
+    tmp = ctx.host.run("echo ${TMPDIR:-/tmp}", timeout=10, allow_timeout=True).text.strip()
+    paths.append(tmp or "/tmp")
+    step = ctx.server
+    for path, mount, free in free_space(ctx.host, paths):
+        if free >= need:
+            continue
+        yield Finding(
+            rule.id,
+            rule.severity,
+            step.index if step else None,
+            step.text if step else path,
+            f"{ctx.host.name}:{mount} (holding {path}) has {free:,.0f} MiB free, less than the "
+            f"{need:,.0f} MiB a launch needs: the log, Triton/CUDA-graph caches and core files "
+            "fail mid-write with `No space left on device`.",
+            rule.alternative.replace("MOUNT", mount),
+        )
+
+
 def port_listening(host: Host, port: int) -> bool:
     """Whether something listens on TCP ``port`` on the host (from /proc/net/tcp{,6})."""
     script = "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null"
@@ -563,6 +611,16 @@ RULES: tuple[Rule, ...] = (
         "the redirection fails before the server runs: no process, no log (pre-exec)",
         "create it first: `mkdir -p DIR` (forensics launch does)",
         _check_log_dir,
+        needs_host=True,
+    ),
+    Rule(
+        "disk-full",
+        "error",
+        "the log's filesystem or $TMPDIR has less free space than the recipe's min_free_mb",
+        "the server dies mid-write (ENOSPC) or writes a truncated log (S10)",
+        "free space on MOUNT (`du -xh -d1 MOUNT | sort -h | tail`) or put the log elsewhere "
+        "(min_free_mb in the recipe sets the threshold, 0 turns the check off)",
+        _check_disk,
         needs_host=True,
     ),
     Rule(

@@ -19,6 +19,7 @@ Config form (either ``shell`` or ``server``)::
     env = { CUDA_VISIBLE_DEVICES = "0,1,2,3,4,5,6,7" }
     step_deadline_s = 30               # each cleanup step
     health_deadline_s = 900            # server start -> /health answers 200
+    min_free_mb = 1024                 # free space needed beside the log and in $TMPDIR (0: off)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would let
 DEFAULT_PORT = 30000
 DEFAULT_STEP_DEADLINE_S = 30.0
 DEFAULT_HEALTH_DEADLINE_S = 900.0
+DEFAULT_MIN_FREE_MB = 1024.0  # S10: the log's filesystem and $TMPDIR need this much free
 
 # What a server command looks like (first match wins); the step that runs it is the server step.
 SERVER_PATTERNS = (
@@ -62,6 +64,7 @@ RECIPE_KEYS = {
     "env",
     "step_deadline_s",
     "health_deadline_s",
+    "min_free_mb",
     "shell_program",
 }
 
@@ -78,6 +81,7 @@ class Recipe:
     host: str | None = None
     step_deadline_s: float = DEFAULT_STEP_DEADLINE_S
     health_deadline_s: float = DEFAULT_HEALTH_DEADLINE_S
+    min_free_mb: float = DEFAULT_MIN_FREE_MB
     shell_program: str = "bash"  # the login shell that runs the chain (bash -c '<chain>')
     source: str = "cli"  # cli | config:<path> | store
 
@@ -171,6 +175,13 @@ class Recipe:
                 if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                     raise ConfigError(f"{where}.{key}: must be a positive number", hint="e.g. 30")
                 setattr(r, key, float(value))
+        if "min_free_mb" in table:
+            value = table["min_free_mb"]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(
+                    f"{where}.min_free_mb: must be a number >= 0", hint="e.g. 1024; 0 turns it off"
+                )
+            r.min_free_mb = float(value)
         if "shell_program" in table:
             r.shell_program = str(table["shell_program"])
         r.source = source

@@ -341,6 +341,24 @@ CATALOG: list[dict[str, Any]] = [
         ],
     },
     {
+        "id": "disk_full",
+        "patterns": [
+            r"No space left on device",
+            r"\[Errno 28\]",
+            r"\bENOSPC\b",
+        ],
+        "phase": None,
+        "phase_from": "stage",
+        "priority": 73,
+        "explanation": "a filesystem on the host is full (ENOSPC): a write of the log, a cache "
+        "(Triton, torch.compile, CUDA graphs) or a download failed",
+        "remedies": [
+            "free space where the error points (`df -h`; `du -xsh ~/.cache/* /tmp/* | sort -h`), "
+            "or move the caches (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, HF_HOME) to a larger "
+            "disk; forensics launch refuses to start below the recipe's min_free_mb",
+        ],
+    },
+    {
         "id": "cuda_oom",
         "patterns": [r"CUDA out of memory", r"OutOfMemoryError", r"CUDA error: out of memory"],
         "phase": None,

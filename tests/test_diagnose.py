@@ -196,3 +196,17 @@ def test_signatures_lists_counts_and_groups_unknown_errors(tmp_path):
     assert len(unknown) == 1, rows
     assert unknown[0]["runs"] == 2
     assert "frobnicated" in unknown[0]["explanation"]
+
+
+def test_S10_disk_full_during_capture_is_named_with_its_phase(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "sglang_fail_capture_disk_full.log"
+    (logs / "sglang_eagle3_cg_2step.log").write_bytes(src.read_bytes())
+    assert CliRunner().invoke(cli, ["ingest", str(logs)]).exit_code == 0
+    res = CliRunner().invoke(cli, ["diagnose", "2step", "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.output)
+    assert (rep["phase"], rep["signature"]) == ("capture", "disk_full")
+    assert any("[Errno 28] No space left on device" in e["text"] for e in rep["evidence"])
+    assert any("TRITON_CACHE_DIR" in r for r in rep["next_steps"])

@@ -254,9 +254,14 @@ def test_seed_replay_over_ssh_is_a_self_kill(ssh_config, store, tmp_path):
 # --------------------------------------------------------------------------- H06 / H11
 
 FLAPPER = r"""
-import http.server, json, sys, time
+import http.server, json, os, sys, time
 port, flaps, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 seen = {"health": 0, "generate": 0}
+
+def save():
+    with open(log + ".tmp", "w") as f:
+        f.write(json.dumps(seen))
+    os.replace(log + ".tmp", log)
 
 class H(http.server.BaseHTTPRequestHandler):
     def _answer(self, code):
@@ -269,14 +274,14 @@ class H(http.server.BaseHTTPRequestHandler):
         # alternate 200/503 for the first `flaps` probes (flaps < 0: forever), then 200
         n = seen["health"]
         flapping = flaps < 0 or n <= flaps
+        save()  # before answering: the client reads it once answered
         self._answer(200 if not flapping or n % 2 else 503)
-        open(log, "w").write(json.dumps(seen))
 
     def do_POST(self):
         seen["generate"] += 1
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        save()
         self._answer(200)
-        open(log, "w").write(json.dumps(seen))
 
     def log_message(self, *a):
         pass
@@ -377,3 +382,23 @@ def _wait_port(port: int, timeout: float = 20.0) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"port {port} never opened")
+
+
+def test_S10_launch_refused_below_min_free_mb_nothing_runs(store, tmp_path):
+    recipe = Recipe(
+        name="no_room",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        log_path=str(tmp_path / "logs" / "no_room.log"),
+        health_url=None,
+        min_free_mb=1e12,  # more than any test machine has
+    )
+    sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
+    with pytest.raises(launcher.LaunchFailed) as exc:
+        launcher.launch(store, recipe, sim=sim, deadline=5)
+    assert "MiB free, less than the" in str(exc.value) and "min_free_mb" in exc.value.hint
+    assert launcher.launches_frame(store).is_empty()  # never registered, nothing started
+    assert not (tmp_path / "logs" / "no_room.log").exists()
+    # a journaled replay of the same chain is refused too
+    with pytest.raises(launcher.LaunchFailed):
+        launcher.relaunch(store, "no_room", recipe=recipe, sim=sim, deadline=5)
+    assert launcher.launches_frame(store).is_empty()

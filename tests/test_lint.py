@@ -131,3 +131,22 @@ def test_cli_lint_json_and_text():
     assert res.exit_code == 0 and "step 1 [error] cleanup-self-kill" in res.output
     res = runner.invoke(cli, ["lint", "--rules", "--json"])
     assert "gpu-collateral-kill" in res.output
+
+
+def test_S10_disk_full_checked_on_the_host_with_the_recipes_threshold(tmp_path):
+    from forensics.lint import free_space
+
+    log = tmp_path / "not" / "yet" / "x.log"  # the nearest existing parent is measured
+    ((_, mount, free),) = free_space(LocalHost(), [str(log.parent)])
+    assert free > 0 and str(tmp_path).startswith(mount)
+    chain = f"setsid nohup python3 -m sglang.launch_server </dev/null >>{log} 2>&1 &"
+    recipe = Recipe.from_shell(chain)
+    assert "disk-full" not in [f.id for f in lint(recipe, host=LocalHost())]
+    # a threshold above what this filesystem has: the finding, naming the mount and the numbers
+    over = recipe.replace(min_free_mb=free * 4 + 1)
+    f = next(f for f in lint(over, host=LocalHost()) if f.id == "disk-full")
+    assert f.severity == "error" and f"{mount} (holding" in f.explanation
+    assert "MiB free" in f.explanation and "No space left on device" in f.explanation
+    assert "min_free_mb" in f.alternative and "MOUNT" not in f.alternative
+    assert "disk-full" not in [f.id for f in lint(over.replace(min_free_mb=0), host=LocalHost())]
+    assert "disk-full" not in [f.id for f in lint(over)]  # no host: not checked

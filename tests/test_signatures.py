@@ -35,6 +35,7 @@ SAMPLES = {
     "detokenizer_heartbeat": "Health check failed. Server couldn't get a response from "
     "detokenizer for last 20 seconds. tic start time: 10:00:00. last_heartbeat time: 09:59:40",
     "segfault": "Fatal Python error: Segmentation fault",
+    "disk_full": "OSError: [Errno 28] No space left on device: '/root/.triton/cache/x.cubin'",
     "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 GiB.",
     "scheduler_died": "Rank 0 scheduler died during initialization (exit code: -9). If exit code "
     "is -9 (SIGKILL), a common cause is the OS OOM killer.",
