@@ -3,8 +3,8 @@
 ``run_bench(BenchConfig(...))`` drives one benchmark (single stream, fixed concurrency or
 Poisson request rate) over SGLang's native ``/generate`` or the OpenAI-compatible endpoints,
 and returns a :class:`BenchReport` (one :class:`RequestResult` per measured request plus the
-summary figures). ``save_bench`` stores it in the ``bench`` / ``bench_requests`` tables,
-attached to a run.
+summary figures, and the ``/health`` samples taken meanwhile). ``save_bench`` stores it in the
+``bench`` / ``bench_requests`` / ``bench_health`` tables, attached to a run.
 
 Rules this module keeps (see docs/bench.md):
 
@@ -13,7 +13,9 @@ Rules this module keeps (see docs/bench.md):
   gives neither, the count is estimated and the request flagged ``tokens_estimated`` (H08);
 * a stream that ends without ``[DONE]`` and without a finish reason is ``truncated`` (H03);
 * every network call has a deadline (connect, first token, idle, total, overall) (H05);
-* a server that stops answering ends the run with the partial results kept (H02).
+* a server that stops answering ends the run with the partial results kept (H02);
+* while measuring, ``/health`` is sampled every ``health_every`` seconds (each probe with its
+  own deadline) and the samples are kept with the results (H06).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ REASONS = (
     "server_error",  # the stream itself carried an error object or an abort finish reason
 )
 BASELINE_KEY = "bench.baseline"
+HEALTH_EVERY_MIN = 0.1  # seconds between /health samples, when sampling is on
+HEALTH_TIMEOUT = 5.0  # each /health probe's deadline (bad-inputs H06: at least 5 s)
 MAX_BODY = 4096  # bytes kept of an error body (H01)
 BODIES_PER_STATUS = 3
 
@@ -77,6 +81,7 @@ BOUNDS: tuple[tuple[str, str, tuple[float, bool, str]], ...] = (
     ("--temperature", "temperature", (0, False, "0")),
     ("--random-input-len", "random_input_len", (1, False, "512")),
     ("--max-failure-rate", "max_failure_rate", (0, False, "0.05")),
+    ("--health-every", "health_every", (0, False, "2")),
 )
 
 
@@ -104,6 +109,8 @@ class BenchConfig:
     dead_after: int = 3  # consecutive conn_error/truncated before /health is checked
     max_failure_rate: float = 0.05
     seed: int = 0
+    health_every: float = 2.0  # seconds between /health samples while measuring; 0 = off
+    health_timeout: float = HEALTH_TIMEOUT  # each probe's deadline (not a CLI option)
 
     @property
     def mode(self) -> str:
@@ -138,6 +145,14 @@ class BenchConfig:
             ):
                 need = f"more than {low[0]:g}" if low[1] else f"at least {low[0]:g}"
                 raise UsageError(f"{flag} {v:g}: must be {need}", hint=f"e.g. {flag} {low[2]}")
+        if 0 < self.health_every < HEALTH_EVERY_MIN:
+            raise UsageError(
+                f"--health-every {self.health_every:g}: 0 (off) or at least "
+                f"{HEALTH_EVERY_MIN:g} seconds",
+                hint="e.g. --health-every 2",
+            )
+        if not self.health_timeout > 0 or math.isinf(self.health_timeout):
+            raise UsageError(f"health probe timeout {self.health_timeout:g}: must be positive")
         if self.max_failure_rate > 1:
             raise UsageError(
                 f"--max-failure-rate {self.max_failure_rate:g}: a fraction of requests, 0 to 1",
@@ -866,6 +881,87 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict[str, Any]
 
 
 # --------------------------------------------------------------------------------------
+# /health while measuring (H06)
+# --------------------------------------------------------------------------------------
+@dataclass
+class HealthSample:
+    t_s: float  # when the probe was sent, seconds from the start of the measured window
+    status: int | None  # the HTTP status; None when no answer came
+    latency_ms: float  # until the answer, or until the probe gave up
+    error: str | None = None  # timeout | conn_error | disconnected | error (no status)
+
+
+# The probe's exceptions, by kind (first match wins; TimeoutError covers aiohttp's own).
+def _health_error_kinds() -> tuple[tuple[type[BaseException], str], ...]:
+    import aiohttp
+
+    return (
+        (TimeoutError, "timeout"),
+        (aiohttp.ClientConnectorError, "conn_error"),
+        (aiohttp.ServerDisconnectedError, "disconnected"),
+        (aiohttp.ClientOSError, "disconnected"),
+        (aiohttp.ClientError, "error"),
+        (OSError, "error"),
+    )
+
+
+HEALTH_FIELDS = (
+    "every_s",
+    "probe_timeout_s",
+    "count",
+    "non_200",
+    "timeouts",
+    "errors",
+    "latency_ms_p50",
+    "latency_ms_max",
+    "longest_non_200_s",
+)
+
+
+def health_summary(samples: list[HealthSample], every_s: float, timeout_s: float) -> dict:
+    """Counts and latencies of the samples (the keys of HEALTH_FIELDS).
+
+    ``non_200`` counts every sample that was not a 200, timeouts and connection errors
+    included; latencies are those of the probes that got an answer. ``longest_non_200_s`` is
+    the longest stretch from a sample that was not 200 to the next 200 (or to the end of the
+    last probe when none followed); 0.0 when every sample was 200, None without samples.
+    """
+    answered = [s.latency_ms for s in samples if s.status is not None]
+    longest: float | None = 0.0 if samples else None
+    start: float | None = None
+    for s in samples:
+        if s.status != 200:
+            if start is None:
+                start = s.t_s
+        elif start is not None:
+            longest = max(longest or 0.0, s.t_s - start)
+            start = None
+    if start is not None:
+        last = samples[-1]
+        longest = max(longest or 0.0, last.t_s + last.latency_ms / 1000 - start)
+    return {
+        "every_s": every_s,
+        "probe_timeout_s": timeout_s,
+        "count": len(samples),
+        "non_200": sum(1 for s in samples if s.status != 200),
+        "timeouts": sum(1 for s in samples if s.error == "timeout"),
+        "errors": sum(1 for s in samples if s.status is None and s.error != "timeout"),
+        "latency_ms_p50": percentile(answered, 50),
+        "latency_ms_max": max(answered) if answered else None,
+        "longest_non_200_s": longest,
+    }
+
+
+def health_breakdown(samples: list[HealthSample]) -> dict[str, int]:
+    """How many samples per outcome: "200", "503", "timeout", ... (most frequent first)."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        key = str(s.status) if s.status is not None else (s.error or "error")
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+# --------------------------------------------------------------------------------------
 # The benchmark
 # --------------------------------------------------------------------------------------
 @dataclass
@@ -905,6 +1001,8 @@ class BenchReport:
     warmup_failed: int = 0
     run_id: str | None = None
     run_name: str | None = None
+    health: dict[str, Any] = field(default_factory=dict)  # health_summary()
+    health_samples: list[HealthSample] = field(default_factory=list)
 
     @property
     def failure_rate(self) -> float:
@@ -940,6 +1038,7 @@ class BenchReport:
             "config": cfg,
         }
         out.update(self.summary)
+        out["health"] = {**self.health, "samples": [asdict(h) for h in self.health_samples]}
         return out
 
 
@@ -960,6 +1059,8 @@ class _Runner:
         self.death: str | None = None
         self.model: str | None = cfg.model
         self.t_origin = 0.0
+        self.health_samples: list[HealthSample] = []
+        self.sampler: asyncio.Task[Any] | None = None
 
     # -- small HTTP helpers (all with deadlines) ------------------------------------------
     async def _get_json(self, session: Any, path: str, timeout: float = 10.0) -> Any:
@@ -1011,6 +1112,47 @@ class _Runner:
             return "/health did not answer within 5 s"
         except (aiohttp.ClientError, OSError) as exc:
             return f"/health failed: {type(exc).__name__}"
+
+    # -- /health sampling (H06) ----------------------------------------------------------
+    async def probe_health(self, session: Any) -> HealthSample:
+        """One GET /health within ``health_timeout``; never raises (except cancellation)."""
+        t0 = time.perf_counter()
+        status: int | None = None
+        error: str | None = None
+        try:
+            async with asyncio.timeout(self.cfg.health_timeout):
+                async with session.get(self.base + "/health") as r:
+                    await r.read()
+                    status = r.status
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = next((k for t, k in _health_error_kinds() if isinstance(exc, t)), "error")
+        return HealthSample(
+            t_s=round(t0 - self.t_origin, 4),
+            status=status,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            error=error,
+        )
+
+    async def sample_health(self, session: Any) -> None:
+        """Probe /health at 0, every, 2*every, ... seconds into the window, one at a time: a
+        probe that outlasts the interval skips the ticks it covered (no pile-up on a sick
+        server). Runs until cancelled; the samples taken stay in ``health_samples``."""
+        every = self.cfg.health_every
+        tick = 0
+        while True:
+            self.health_samples.append(await self.probe_health(session))
+            now = time.perf_counter() - self.t_origin
+            tick = max(tick + 1, math.ceil(now / every))
+            await asyncio.sleep(max(tick * every - now, 0))
+
+    async def stop_sampling(self) -> None:
+        """Cancel the sampler at once: a probe in flight is dropped, never waited for."""
+        task, self.sampler = self.sampler, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
 
     # -- lifecycle ---------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -1181,10 +1323,13 @@ class _Runner:
                     started_at = dt.datetime.now()
                     self.t_origin = time.perf_counter()
                     self._emit()
+                    if cfg.health_every > 0:
+                        self.sampler = asyncio.create_task(self.sample_health(session))
                     try:
                         await self.measure(session, prompts)
                     finally:
                         duration = time.perf_counter() - self.t_origin
+                        await self.stop_sampling()
                     if self.health_task is not None:
                         with contextlib.suppress(Exception):
                             await self.health_task
@@ -1205,6 +1350,7 @@ class _Runner:
                 elif main.exception() is not None:
                     raise main.exception()  # type: ignore[misc]
         finally:
+            await self.stop_sampling()  # body() stops it; this covers a cancelled body()
             for sig in installed:
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
@@ -1225,6 +1371,8 @@ class _Runner:
             death=self.death,
             flush=flush,
             warmup_failed=warmup_failed,
+            health=health_summary(self.health_samples, cfg.health_every, cfg.health_timeout),
+            health_samples=list(self.health_samples),
         )
         info = info_after or info_before
         if info is not None:
@@ -1428,6 +1576,8 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
             "failures": json.dumps(s["failures"], ensure_ascii=False),
         }
     )
+    # H06: the /health summary; parts written before these columns existed read as nulls
+    row.update({f"health_{k}": rep.health.get(k) for k in HEALTH_FIELDS})
     schema = {
         "bench_id": pl.Utf8,
         "run_id": pl.Utf8,
@@ -1453,6 +1603,10 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "server_dead": pl.Boolean,
         "death": pl.Utf8,
         "failures": pl.Utf8,
+        "health_count": pl.Int64,
+        "health_non_200": pl.Int64,
+        "health_timeouts": pl.Int64,
+        "health_errors": pl.Int64,
     }
     full_schema = {k: schema.get(k, pl.Float64) for k in row}
     bench = pl.DataFrame([row], schema=full_schema)
@@ -1506,6 +1660,22 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
     return bench, reqs
 
 
+def health_frame(rep: BenchReport) -> pl.DataFrame:
+    """The `bench_health` rows: one per /health sample of the benchmark."""
+    import polars as pl
+
+    return pl.DataFrame(
+        [{"bench_id": rep.bench_id, **asdict(h)} for h in rep.health_samples],
+        schema={
+            "bench_id": pl.Utf8,
+            "t_s": pl.Float64,
+            "status": pl.Int64,
+            "latency_ms": pl.Float64,
+            "error": pl.Utf8,
+        },
+    )
+
+
 def _location(source: dict[str, Any]) -> str:
     """How to name a stored source for `ingest`: a local path, NAME:/path or ssh://."""
     host, path = source.get("host") or "local", source["path"]
@@ -1551,11 +1721,13 @@ def accept_len_from_log(store: Store, rep: BenchReport) -> None:
 
 
 def save_bench(store: Store, rep: BenchReport) -> str:
-    """Store the benchmark (one `bench` row, one `bench_requests` row per request)."""
+    """Store the benchmark: one `bench` row, one `bench_requests` row per request and one
+    `bench_health` row per /health sample, in one transaction."""
     bench, reqs = bench_frames(rep)
     with store.transaction() as tx:
         tx.append("bench", bench)
         tx.append("bench_requests", reqs)
+        tx.append("bench_health", health_frame(rep))
     return rep.bench_id
 
 

@@ -68,6 +68,14 @@ def _progress_line(p: Any) -> str:
     show_default=True,
     help="Exit 4 above this fraction of failed requests.",
 )
+@click.option(
+    "--health-every",
+    type=float,
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Sample /health this often while measuring (each probe: 5 s deadline); 0: off.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-store", is_flag=True, help="Do not store the result.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -125,6 +133,9 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         echo_json(out)
     else:
         _render(bench, rep, baseline, stored=store is not None)
+        warning = _health_warning(bench, rep)
+        if warning:
+            click.echo(warning, err=True)
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
 
 
@@ -196,6 +207,7 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
             else "—",
         ),
         ("flush_cache", rep.flush),
+        ("/health samples", _health_line(rep)),
     ]
     if s["tokens_estimated"]:
         rows.append(
@@ -217,6 +229,37 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
     rows.append(("bench id", rep.bench_id + ("" if stored else " (not stored)")))
     for label, value in rows:
         console.print(f"  {label:<26} {value}")
+
+
+def _health_line(rep: Any) -> str:
+    h = rep.health
+    if not h.get("every_s"):
+        return "not sampled (--health-every 0)"
+    if not h["count"]:
+        return "no sample completed (the benchmark ended first)"
+    lat = (
+        "no answer"
+        if h["latency_ms_p50"] is None
+        else f"p50 {h['latency_ms_p50']:.1f} / max {h['latency_ms_max']:.1f} ms"
+    )
+    return f"{h['count']} every {h['every_s']:g}s, {h['non_200']} not 200, {lat}"
+
+
+def _health_warning(bench: Any, rep: Any) -> str | None:
+    """H06: one line when /health was not 200 at some point during the benchmark."""
+    h = rep.health
+    if not h.get("non_200"):
+        return None
+    seen = ", ".join(
+        f"{k} ×{n}" + (f" (no answer within {h['probe_timeout_s']:g}s)" if k == "timeout" else "")
+        for k, n in bench.health_breakdown(rep.health_samples).items()
+        if k != "200"
+    )
+    return (
+        f"Warning: {rep.config.url}/health was not 200 in {h['non_200']} of {h['count']} "
+        f"samples during the benchmark ({seen}; longest stretch "
+        f"{h['longest_non_200_s']:.1f}s): the figures may span a restart or an overload"
+    )
 
 
 def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: bool) -> None:

@@ -423,3 +423,197 @@ def test_h10_sigint_saves_partial_results_exit_130(faultserver, tmp_path):
     assert 1 <= row["completed"] < 100
     reqs = Store.open(store).table("bench_requests")
     assert reqs.filter(pl.col("reason") == "cancelled").height >= 1
+
+
+# --------------------------------------------------------------------------------------
+# /health sampled during the benchmark (H06)
+# --------------------------------------------------------------------------------------
+def _tag(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+def test_h06_health_summary_counts_and_longest_stretch():
+    S = bench.HealthSample
+    samples = [
+        S(0.0, 200, 1.0),
+        S(1.0, 503, 2.0),
+        S(2.0, None, 500.0, "timeout"),
+        S(3.0, 200, 3.0),
+        S(4.0, None, 0.5, "conn_error"),
+    ]
+    h = bench.health_summary(samples, 1.0, 0.5)
+    assert h == {
+        "every_s": 1.0,
+        "probe_timeout_s": 0.5,
+        "count": 5,
+        "non_200": 3,
+        "timeouts": 1,
+        "errors": 1,
+        "latency_ms_p50": 2.0,  # of the answered probes only
+        "latency_ms_max": 3.0,
+        "longest_non_200_s": 2.0,  # 503 at 1.0 until the 200 at 3.0 (the tail lasts 0.0005)
+    }
+    assert bench.health_breakdown(samples) == {"200": 2, "503": 1, "timeout": 1, "conn_error": 1}
+    assert bench.health_summary([], 2.0, 5.0)["longest_non_200_s"] is None
+    assert bench.health_summary(samples[:1], 2.0, 5.0)["longest_non_200_s"] == 0.0
+
+
+def test_h06_flapping_health_is_recorded_while_the_bench_succeeds(faultserver):
+    url = faultserver.fresh("h06_flap")
+    rep = run_bench(cfg(url, num_prompts=2, health_every=0.1))
+    assert (rep.summary["completed"], rep.summary["failed"]) == (2, 0)
+    h = rep.health
+    assert h["count"] == len(rep.health_samples) >= 2
+    assert h["non_200"] > 0 and h["longest_non_200_s"] > 0
+    assert h["timeouts"] == 0 and h["errors"] == 0
+    statuses = [s.status for s in rep.health_samples]
+    assert statuses[:2] == [503, 200]  # the server alternates, starting with 503
+    assert set(statuses) == {200, 503}
+    assert faultserver.health_counts[_tag(url)] >= h["count"]  # every sample hit the server
+    offsets = [s.t_s for s in rep.health_samples]
+    assert offsets == sorted(offsets) and offsets[0] < 0.1
+
+
+def test_h06_slow_health_records_timeouts_and_the_bench_ends_on_time(faultserver):
+    """/health answers after 1 s; probes give up at 0.3 s. A /health that hangs 30 s with a
+    20 s probe deadline must not hold the end of the benchmark: the probe is cancelled."""
+    rep = run_bench(cfg(faultserver.fresh("h06_slowhealth"), num_prompts=2, health_timeout=0.3))
+    assert rep.summary["completed"] == 2
+    assert rep.health["timeouts"] == rep.health["count"] == rep.health["non_200"] >= 1
+    assert all(s.status is None and s.error == "timeout" for s in rep.health_samples)
+    assert all(s.latency_ms >= 250 for s in rep.health_samples)
+    assert rep.health["latency_ms_p50"] is None  # no probe got an answer
+
+    t0 = time.monotonic()
+    rep = run_bench(
+        cfg(faultserver.fresh("h06_hanghealth"), num_prompts=2, health_every=0.1, health_timeout=20)
+    )
+    wall = time.monotonic() - t0
+    assert rep.summary["completed"] == 2
+    assert wall < rep.duration_s + 10  # not the 20 s the pending probe could have taken
+    assert rep.health["count"] == 0  # the probe still pending at the end is dropped
+
+
+def test_h06_cli_flapping_health_warns_and_stores_the_samples(faultserver, tmp_path):
+    store = tmp_path / "store"
+    url = faultserver.fresh("h06_flap")
+    res = invoke(
+        "--store", str(store), "bench", url, "--num-prompts", "2", "--warmup", "0",
+        "--health-every", "0.1",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output  # a flapping /health does not fail the benchmark
+    line = next(x for x in res.stdout.splitlines() if x.strip().startswith("/health samples"))
+    assert re.search(r"\d+ every 0.1s, [1-9]\d* not 200, p50 [\d.]+ / max [\d.]+ ms$", line)
+    warning = [x for x in res.stderr.splitlines() if x.startswith("Warning:")]
+    assert len(warning) == 1 and "/health was not 200" in warning[0] and "503 ×" in warning[0]
+    s = Store.open(store)
+    row = s.table("bench").row(0, named=True)
+    samples = s.table("bench_health")
+    assert row["health_count"] == samples.height >= 2
+    assert row["health_non_200"] == samples.filter(pl.col("status") == 503).height > 0
+    assert row["health_every_s"] == 0.1 and row["health_longest_non_200_s"] > 0
+    assert samples["bench_id"].unique().to_list() == [row["bench_id"]]
+    assert samples.columns == ["bench_id", "t_s", "status", "latency_ms", "error"]
+
+
+def test_h06_health_every_0_samples_nothing(faultserver):
+    url = faultserver.fresh("h06_flap")
+    res = invoke(
+        "bench", url, "--json", "--no-store", "--num-prompts", "1", "--warmup", "0",
+        "--health-every", "0",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    h = json.loads(res.stdout)["health"]
+    assert h["every_s"] == 0 and h["count"] == 0 and h["samples"] == []
+    assert faultserver.health_counts.get(_tag(url), 0) == 0
+    res = invoke(
+        "bench", url, "--no-store", "--num-prompts", "1", "--warmup", "0", "--health-every", "0"
+    )
+    assert "not sampled (--health-every 0)" in res.stdout and "Warning" not in res.stderr
+
+
+def test_h06_json_has_the_summary_and_the_samples(faultserver):
+    res = invoke(
+        "bench", faultserver.fresh("h06_flap"), "--json", "--no-store", "--num-prompts", "2",
+        "--warmup", "0", "--health-every", "0.1",
+    )  # fmt: skip
+    h = json.loads(res.stdout)["health"]
+    assert set(h) == set(bench.HEALTH_FIELDS) | {"samples"}
+    assert h["count"] == len(h["samples"]) >= 2 and h["non_200"] > 0
+    assert set(h["samples"][0]) == {"t_s", "status", "latency_ms", "error"}
+    assert h["probe_timeout_s"] == bench.HEALTH_TIMEOUT >= 5  # the CLI keeps H06's >= 5 s
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "0.05"])
+def test_h06_bad_health_every_is_a_one_line_usage_error(faultserver, value):
+    url = faultserver.fresh("ok")
+    res = invoke("bench", url, "--no-store", "--health-every", value)
+    assert res.exit_code == 2
+    errors = [x for x in res.stderr.splitlines() if x.startswith("Error:")]
+    assert len(errors) == 1 and f"--health-every {value}" in errors[0]
+    assert faultserver.counts.get(_tag(url), 0) == 0  # refused before any request
+    with pytest.raises(UsageError, match="probe timeout"):
+        BenchConfig(url="http://127.0.0.1:1", health_timeout=0).validate()
+
+
+def test_h06_store_written_before_health_sampling_still_reads(faultserver, tmp_path):
+    """A `bench` part without the health_* columns and no `bench_health` table (what the
+    store held before H06 sampling) reads as before, next to a new benchmark's row."""
+    store = Store.open(tmp_path / "store")
+    old = run_bench(cfg(faultserver.fresh("ok"), num_prompts=2, health_every=0))
+    old.run_id = "old-source:0"
+    old_bench, old_reqs = bench.bench_frames(old)
+    old_bench = old_bench.select(pl.exclude("^health_.*$"))
+    assert not any(c.startswith("health") for c in old_bench.columns)
+    with store.transaction() as tx:
+        tx.append("bench", old_bench)
+        tx.append("bench_requests", old_reqs)
+    assert store.table("bench").height == 1 and store.table("bench_health").is_empty()
+
+    res = invoke(
+        "--store", str(store.root), "bench", faultserver.fresh("h06_flap"),
+        "--num-prompts", "2", "--warmup", "0", "--health-every", "0.1",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    df = Store.open(store.root).table("bench").sort("started_at")
+    assert df.height == 2
+    assert df["bench_id"].to_list()[0] == old.bench_id
+    assert df["health_count"][0] is None and df["health_count"][1] >= 2
+    assert df["completed"].to_list() == [2, 2]
+    assert Store.open(store.root).table("bench_health").height == df["health_count"][1]
+    # what `forensics runs` reads of it (the latest benchmark per run) still works
+    latest = bench.latest_by_run(Store.open(store.root))
+    assert latest["run_id"].to_list() == ["old-source:0"]
+
+
+def test_h06_h10_sigint_keeps_the_health_samples_taken(faultserver, tmp_path):
+    store = tmp_path / "store"
+    url = faultserver.fresh("h06_flap")
+    tag = _tag(url)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forensics", "--store", str(store), "bench", url]
+        + ["--num-prompts", "100", "--concurrency", "2", "--health-every", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while faultserver.health_counts.get(tag, 0) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    s = Store.open(store)
+    row = s.table("bench").row(0, named=True)
+    assert row["interrupted"] is True
+    samples = s.table("bench_health")
+    assert row["health_count"] == samples.height >= 3  # 4 probes seen, the last may be cut
+    assert row["health_non_200"] >= 1 and set(samples["status"].to_list()) <= {200, 503}

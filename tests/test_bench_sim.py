@@ -148,9 +148,15 @@ def test_openai_and_native_agree_on_token_counts(sim):
 
 
 def test_concurrency_mode_completes_all_requests(sim):
-    rep = run_bench(BenchConfig(url=sim.url, num_prompts=24, concurrency=8, max_new_tokens=24))
+    """Also H06: the simulator's /health stays 200 while it serves 8 streams."""
+    rep = run_bench(
+        BenchConfig(url=sim.url, num_prompts=24, concurrency=8, max_new_tokens=24, health_every=0.1)
+    )
     assert (rep.summary["completed"], rep.summary["failed"]) == (24, 0)
     assert rep.summary["output_tokens"] == 24 * 24
+    assert rep.health["count"] == len(rep.health_samples) >= 1  # the first probe goes at 0 s
+    assert [s.status for s in rep.health_samples] == [200] * rep.health["count"]
+    assert rep.health["non_200"] == 0 and rep.health["longest_non_200_s"] == 0.0
 
 
 def test_accept_length_from_the_run_log_in_the_bench_window(sim):

@@ -13,6 +13,9 @@ Each scenario lives under its own path prefix, so a benchmark pointed at
     h07_empty     200 with only [DONE]
     h08_nousage   OpenAI stream without the usage chunk
     slow          like ok but 0.2 s between events (for Ctrl-C tests)
+    h06_<mode>    the slow stream, with a sick /health (see H06_HEALTH): ``flap`` answers
+                  503, 200, 503, ... (a counter per scenario); ``slowhealth`` answers 200
+                  after 1 s; ``flapslow`` both; ``hanghealth`` answers only after 30 s
 
 ``faultserver_factory(die_after=N)`` starts a private server that stops listening (and
 drops its connections) after N requests: a server that dies mid-benchmark (H02).
@@ -33,6 +36,15 @@ TOKENS_PER_CHUNK = 2
 CHUNKS = 4
 OK_TOKENS = TOKENS_PER_CHUNK * CHUNKS  # 8 tokens in 4 chunks; verify_ct 4 -> accept len 2.0
 STALL_S = 30.0  # far beyond every client deadline the tests set
+
+HEALTH_SLOW_S = 1.0
+# H06: scenario -> (/health alternates 503/200, seconds before /health answers)
+H06_HEALTH = {
+    "h06_flap": (True, 0.0),
+    "h06_slowhealth": (False, HEALTH_SLOW_S),
+    "h06_flapslow": (True, HEALTH_SLOW_S),
+    "h06_hanghealth": (False, STALL_S),
+}
 
 H04_VARIANTS = (
     "nospace",
@@ -147,6 +159,7 @@ class FaultServer:
         self.port = free_port()
         self.die_after = die_after
         self.counts: dict[str, int] = {}
+        self.health_counts: dict[str, int] = {}  # /health probes per scenario (with its ~tag)
         self.paths: list[str] = []
         self.bodies: list[dict] = []
         self._loop = asyncio.new_event_loop()
@@ -220,7 +233,7 @@ class FaultServer:
         tail = request.match_info["tail"]
         self.paths.append(f"{request.method} /{tail}")
         if tail == "health":
-            return web.Response(text="")
+            return await self._health(scen)
         if tail == "flush_cache":
             return web.Response(text="Cache flushed.\n")
         if tail in ("server_info", "get_server_info"):
@@ -241,6 +254,17 @@ class FaultServer:
                 self.dead = True
                 for site in list(self._runner.sites):
                     await site.stop()
+
+    async def _health(self, scen):
+        from aiohttp import web
+
+        k = self.health_counts[scen] = self.health_counts.get(scen, 0) + 1
+        flap, delay = H06_HEALTH.get(scen.split("~")[0], (False, 0.0))
+        if delay:
+            await asyncio.sleep(delay)
+        if flap and k % 2 == 1:
+            return web.Response(status=503, text="unhealthy\n")
+        return web.Response(text="")
 
     async def _stream(self, request, scen, n, api, body):
         from aiohttp import web
@@ -271,7 +295,7 @@ class FaultServer:
                 if scen == "h05_stall" and i == 2:
                     await asyncio.sleep(STALL_S)
                 await resp.write(w)
-                if scen == "slow":
+                if scen == "slow" or scen in H06_HEALTH:
                     await asyncio.sleep(0.2)
                 elif scen.startswith("h04_"):
                     await asyncio.sleep(0.005)  # separate TCP writes
