@@ -102,6 +102,12 @@ def register(cli: click.Group) -> None:
     @click.option("--replay", is_flag=True, help="Replay the chain as typed, journaled.")
     @click.option("--safe-patterns", is_flag=True, help="Replay with per-replay kill patterns.")
     @click.option("--list", "list_", is_flag=True, help="List recorded launches.")
+    @click.option(
+        "--check",
+        "check",
+        is_flag=True,
+        help="Re-check launch NAME on its host (pid file, /health) and record what is seen.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @click.pass_context
     def launch_cmd(
@@ -121,6 +127,7 @@ def register(cli: click.Group) -> None:
         replay,
         safe_patterns,
         list_,
+        check,
         as_json,
     ):
         """Start a server safely: own process group, pid file, log by name, health wait.
@@ -130,6 +137,7 @@ def register(cli: click.Group) -> None:
         forensics launch --shell 'nohup python3 -m sglang.launch_server ... > x.log 2>&1 &'
         forensics launch --sim --name sglang_eagle3_cg_5dt -- --model-path sim://k2 ...
         forensics launch --shell '...' --replay --safe-patterns   # journaled replay
+        forensics launch sglang_eagle3_cg_2step --check   # after a lost connection (S07)
 
         The run is recorded before it starts; `forensics stop NAME` ends it.
         """
@@ -143,6 +151,20 @@ def register(cli: click.Group) -> None:
                 "json" if as_json else "table",
                 title="launches",
             )
+            return
+        if check:
+            if not name:
+                raise click.UsageError("--check needs the launch NAME")
+            res = launcher.recheck(store, name)
+            if as_json:
+                echo_json(res)
+            else:
+                was = f" (was {res['previous']})" if res["previous"] != res["status"] else ""
+                click.echo(f"{res['name']} on {res['host']}: {res['status']}{was}")
+                if res["pgid"]:
+                    click.echo(f"  process group {res['pgid']} (from the {res['pgid_from']})")
+                if res["cause"]:
+                    click.echo(f"  {res['cause']}")
             return
         if sim_fail is not None:
             from forensics.sim.args import FAIL_MODES

@@ -87,11 +87,26 @@ def _wrap(cmd: Command) -> str:
     )
 
 
-def _run(host: Host, name: str, tool: str, script: str, timeout: float, cap: int) -> dict:
+def _run(
+    host: Host,
+    name: str,
+    tool: str,
+    script: str,
+    timeout: float,
+    cap: int,
+    spill_dir: str | None = None,
+) -> dict:
     rec: dict[str, Any] = {"command": script, "tool": tool}
     start = time.monotonic()
     try:
-        res = host.run(script, timeout=timeout, max_output=cap, allow_timeout=True)
+        res = host.run(
+            script,
+            timeout=timeout,
+            max_output=cap,
+            allow_timeout=True,
+            spill_dir=spill_dir,
+            spill_name=name,
+        )
     except DeadlineExceeded as exc:
         rec.update(status="timeout", rc=None, stdout="", stderr=str(exc))
     except ForensicsError as exc:
@@ -109,6 +124,10 @@ def _run(host: Host, name: str, tool: str, script: str, timeout: float, cap: int
         else:
             status = "ok"
         rec.update(status=status, rc=res.rc, stdout=out, stderr=err)
+        # S06: an output over the cap keeps its tail here and whole in a local file
+        for key in ("stdout_spill", "stderr_spill", "spill_error"):
+            if getattr(res, key, None):
+                rec[key] = str(getattr(res, key))
     rec["elapsed_s"] = round(time.monotonic() - start, 3)
     return rec
 
@@ -122,12 +141,15 @@ def collect(
     deadline: float = 90.0,
     py_spy: bool = True,
     as_frames: bool = False,
+    spill_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run the evidence commands on ``host`` and return raw texts, tables and findings.
 
     ``pgid``: the run's process group (its tree, orphans and py-spy targets); ``port``: the
     health port (its owner); ``pids``: extra processes of interest. Never raises for a missing
-    or failing tool; the overall ``deadline`` bounds the whole collection.
+    or failing tool; the overall ``deadline`` bounds the whole collection. ``spill_dir``: a
+    folder on this machine where an output over its command's cap is kept whole (S06; the
+    record then names the file in ``stdout_spill``/``stderr_spill``).
     """
     from parsers import evidence as ev
 
@@ -139,7 +161,13 @@ def collect(
             commands[cmd.name] = {"command": cmd.script, "tool": cmd.tool, "status": "skipped"}
             continue
         commands[cmd.name] = _run(
-            host, cmd.name, cmd.tool, _wrap(cmd), min(cmd.timeout, left), cmd.max_output
+            host,
+            cmd.name,
+            cmd.tool,
+            _wrap(cmd),
+            min(cmd.timeout, left),
+            cmd.max_output,
+            spill_dir,
         )
 
     def text(name: str) -> str:
@@ -175,7 +203,7 @@ def collect(
                 commands[name] = {"command": "py-spy dump", "tool": "py-spy", "status": "skipped"}
                 continue
             script = f"command -v py-spy >/dev/null 2>&1 || {{ echo 'py-spy: not installed' >&2; exit 127; }}\npy-spy dump --pid {int(pid)}"
-            commands[name] = _run(host, name, "py-spy", script, min(30.0, left), 1 << 20)
+            commands[name] = _run(host, name, "py-spy", script, min(30.0, left), 1 << 20, spill_dir)
             if commands[name]["status"] == "ok":
                 frames.append(ev.parse_py_spy(commands[name]["stdout"]))
             elif commands[name]["status"] == "missing":

@@ -12,6 +12,16 @@ Contract (the same for every host):
   seconds the command's process group is killed and ``DeadlineExceeded`` is raised (or, with
   ``allow_timeout=True``, a ``CmdResult`` with ``timed_out=True`` is returned). ``rc`` follows the
   shell convention: a command killed by signal N has ``rc == 128 + N`` and ``signal == N``.
+  With ``spill_dir`` (a directory on *this* machine, created when needed), a stream that outgrows
+  ``max_output`` is also written whole to a new file there (S06): created only once the cap is
+  exceeded, mode 0600, named ``<spill_name, else the command's first words>.<random>.stdout``
+  (or ``.stderr``); its path is in ``CmdResult.stdout_spill`` / ``stderr_spill`` (None when the
+  stream fit in memory). Memory stays capped either way. A spill that cannot be written (no
+  space, no permission) never fails the command: the partial file is removed, the path is None
+  and ``spill_error`` says why.
+  SSH: a connection that drops mid-command raises ``RemoteError`` (the remote outcome is
+  unknown; S07), so does one that went silent (found at the deadline by a channel-open probe);
+  the dead connection is dropped and the next call on the same host object opens a new one.
 * ``spawn(script)`` starts ``sh -c script`` detached: new session (``setsid``, so its pid is its
   process-group id), stdin from /dev/null, stdout/stderr appended to ``log`` (or /dev/null);
   returns the pid at once (S17).
@@ -86,6 +96,9 @@ class CmdResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     elapsed_s: float = 0.0
+    stdout_spill: str | None = None  # the whole stream, when it outgrew max_output (S06)
+    stderr_spill: str | None = None
+    spill_error: str | None = None  # why a spill was dropped (no space, no permission)
 
     @property
     def ok(self) -> bool:
@@ -128,22 +141,143 @@ def _signal_of(rc: int | None) -> int | None:
 
 
 class _Capped:
-    """Keeps the last ``cap`` bytes written, counting everything."""
+    """Keeps the last ``cap`` bytes written, counting everything; spills the whole stream.
 
-    def __init__(self, cap: int):
+    With ``spill_dir``, the first write that takes the stream past ``cap`` opens a file there,
+    writes the bytes kept so far (all of them: nothing was dropped yet), and every later chunk
+    goes to the file too. A failing spill write closes and removes the file and records
+    ``spill_error``; the in-memory tail is kept either way. Thread-safe (LocalHost drains each
+    stream in its own thread and closes from the caller's).
+    """
+
+    def __init__(self, cap: int, spill_dir: str | os.PathLike | None = None, label: str = ""):
         self.cap = max(0, cap)
         self.buf = bytearray()
         self.total = 0
+        self.spill_dir = spill_dir
+        self.label = label or "cmd"
+        self.spill_path: str | None = None
+        self.spill_error: str | None = None
+        self._fd: int | None = None
+        self._closed = False
+        self._lock = threading.Lock()
 
     def add(self, data: bytes) -> None:
-        self.total += len(data)
-        self.buf += data
-        if len(self.buf) > self.cap:
-            del self.buf[: len(self.buf) - self.cap]
+        with self._lock:
+            self.total += len(data)
+            if (
+                self._fd is None
+                and self.total > self.cap
+                and self.spill_dir is not None
+                and self.spill_error is None
+                and not self._closed
+            ):
+                self._open_spill()
+            if self._fd is not None:
+                self._write(data)
+            # never hold more than cap bytes, even for a moment
+            if len(data) >= self.cap:
+                self.buf[:] = data[len(data) - self.cap :] if self.cap else b""
+            else:
+                over = len(self.buf) + len(data) - self.cap
+                if over > 0:
+                    del self.buf[:over]
+                self.buf += data
 
     @property
     def truncated(self) -> bool:
         return self.total > self.cap
+
+    def _open_spill(self) -> None:
+        assert self.spill_dir is not None
+        d = os.fspath(self.spill_dir)
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            fd, path = _open_spill(d, self.label)
+        except OSError as exc:
+            self.spill_error = f"{self.label}: cannot spill to {d}: {exc.strerror or exc}"
+            return
+        self._fd, self.spill_path = fd, path
+        self._write(bytes(self.buf))
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self.spill_error = (
+                f"{self.label}: spill to {self.spill_path} stopped: {exc.strerror or exc}"
+            )
+            self._drop()
+
+    def _drop(self) -> None:
+        """Close and remove a spill that could not be written whole."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        if self.spill_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.spill_path)
+            self.spill_path = None
+
+    def close(self, *, still_open: bool = False) -> None:
+        """Finish the spill; later ``add`` calls (a straggling reader) keep only the tail.
+
+        ``still_open``: a background process still holds the stream, so the spill (kept) ends
+        where the command did, not where the stream will.
+        """
+        with self._lock:
+            self._closed = True
+            if self._fd is None:
+                return
+            if still_open:
+                self.spill_error = (
+                    f"{self.label}: {self.spill_path} holds the output up to the command's end; "
+                    "a background process still writes to the stream"
+                )
+            try:
+                os.close(self._fd)
+            except OSError as exc:
+                self._fd = None
+                self.spill_error = f"{self.label}: spill to {self.spill_path}: {exc.strerror}"
+                self._drop()
+            self._fd = None
+
+
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _spill_label(script: str, stream: str) -> str:
+    """``nvidia-smi_-q.stdout``-like stem: the script's first words, filename-safe."""
+    first = script.strip().splitlines()[0] if script.strip() else "cmd"
+    return f"{_SLUG.sub('_', first)[:40].strip('_.') or 'cmd'}.{stream}"
+
+
+def _open_spill(directory: str, label: str) -> tuple[int, str]:
+    """A new file (O_EXCL, mode 0600, unique name) for a spilled stream: (fd, path)."""
+    import tempfile
+
+    stem, _, stream = label.rpartition(".")
+    return tempfile.mkstemp(prefix=f"{stem}.", suffix=f".{stream}", dir=directory)
+
+
+def _result_streams(out: _Capped, err: _Capped, open_: tuple[bool, bool] = (False, False)) -> dict:
+    """The ``CmdResult`` fields that come from the two captured streams."""
+    out.close(still_open=open_[0])
+    err.close(still_open=open_[1])
+    errors = [e for e in (out.spill_error, err.spill_error) if e]
+    return {
+        "stdout": bytes(out.buf),
+        "stderr": bytes(err.buf),
+        "stdout_truncated": out.truncated,
+        "stderr_truncated": err.truncated,
+        "stdout_spill": out.spill_path,
+        "stderr_spill": err.spill_path,
+        "spill_error": "; ".join(errors) or None,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +297,8 @@ class Host:
         stdin: bytes | None = None,
         max_output: int = 1 << 20,
         allow_timeout: bool = False,
+        spill_dir: str | os.PathLike | None = None,
+        spill_name: str | None = None,
     ) -> CmdResult:
         raise NotImplementedError
 
@@ -310,6 +446,8 @@ class LocalHost(Host):
         stdin: bytes | None = None,
         max_output: int = 1 << 20,
         allow_timeout: bool = False,
+        spill_dir: str | os.PathLike | None = None,
+        spill_name: str | None = None,
     ) -> CmdResult:
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -319,7 +457,8 @@ class LocalHost(Host):
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        out, err = _Capped(max_output), _Capped(max_output)
+        out = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stdout"))
+        err = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stderr"))
         threads = [
             threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
             threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
@@ -335,20 +474,18 @@ class LocalHost(Host):
             timed_out = True
             _kill_group(proc, KILL_GRACE_S)
         # the group is dead or the command exited; grandchildren holding the pipes may remain
+        end = time.monotonic() + KILL_GRACE_S  # one grace for all readers, not one each
         for t in threads:
-            t.join(timeout=KILL_GRACE_S)
+            t.join(timeout=max(0.0, end - time.monotonic()))
         rc = proc.returncode
         if rc is not None and rc < 0:
             rc = 128 - rc
         res = CmdResult(
             rc=rc,
-            stdout=bytes(out.buf),
-            stderr=bytes(err.buf),
             timed_out=timed_out,
             signal=_signal_of(rc),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
             elapsed_s=time.monotonic() - start,
+            **_result_streams(out, err, (threads[0].is_alive(), threads[1].is_alive())),
         )
         if timed_out and not allow_timeout:
             raise _deadline(self.name, script, timeout, res)
@@ -447,6 +584,27 @@ def _deadline(host: str, script: str, timeout: float, res: CmdResult) -> Deadlin
     )
     exc.result = res  # type: ignore[attr-defined]
     return exc
+
+
+def _lost(transport: Any, chan: Any) -> bool:
+    """Whether a channel that ended without an exit status did so because the link died."""
+    if not chan.eof_received:
+        return True  # sshd always sends EOF before closing a session it ended itself
+    if transport.is_active():
+        # the transport thread unlinks the channels a moment before it marks itself dead
+        with contextlib.suppress(RuntimeError):
+            transport.join(0.5)
+    return not transport.is_active()
+
+
+def _connection_lost(host: str, script: str, out: _Capped, err: _Capped, what: str) -> RemoteError:
+    shown = script.strip().splitlines()[0][:80] if script.strip() else ""
+    got = f"; {out.total} bytes of stdout and {err.total} of stderr came back"
+    return RemoteError(
+        f"{host}: {what} during a command (its outcome is unknown{got}): {shown}",
+        hint="check on the host whether it ran (pid file, log) before re-running; "
+        "the next command reconnects",
+    )
 
 
 def _read_upto(
@@ -981,77 +1139,112 @@ class SSHHost(Host):
         stdin: bytes | None = None,
         max_output: int = 1 << 20,
         allow_timeout: bool = False,
+        spill_dir: str | os.PathLike | None = None,
+        spill_name: str | None = None,
     ) -> CmdResult:
         import paramiko
 
         wrapper = _REMOTE_WRAPPER.format(grace=KILL_GRACE_S)
         command = shlex.join(["sh", "-c", wrapper, "forensics", f"{timeout:g}", script])
         start = time.monotonic()
-        # the remote `timeout` fires first; the client deadline is the backstop
+        # the remote `timeout` fires first; the client deadline is the backstop (S07: a link
+        # that dies silently is noticed here at the latest)
         client_deadline = start + timeout + KILL_GRACE_S + 5
+        transport = self._transport()
         try:
-            chan = self._transport().open_session(timeout=self.cfg.connect_timeout)
+            chan = transport.open_session(timeout=self.cfg.connect_timeout)
             chan.exec_command(command)
             if stdin:
                 chan.settimeout(max(1.0, timeout))
                 chan.sendall(stdin)
             chan.shutdown_write()
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if not isinstance(exc, paramiko.ChannelException):  # not a refusal: a dead link
+                self._discard(transport)
             raise RemoteError(
                 f"{self.address}: could not start a command: {exc}",
                 hint="the connection may have dropped; re-run",
             ) from None
-        out, err = _Capped(max_output), _Capped(max_output)
+        out = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stdout"))
+        err = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stderr"))
         timed_out = False
         try:
-            chan.setblocking(False)
-            fd = chan.fileno()
-            while True:
-                drained = False
-                while chan.recv_ready():
-                    out.add(chan.recv(1 << 16))
-                    drained = True
-                while chan.recv_stderr_ready():
-                    err.add(chan.recv_stderr(1 << 16))
-                    drained = True
-                if chan.exit_status_ready() and not chan.recv_ready():
-                    if not chan.recv_stderr_ready() and (chan.eof_received or chan.closed):
-                        break
-                if chan.closed and not drained:
-                    break
-                now = time.monotonic()
-                if now > client_deadline:
-                    timed_out = True
-                    break
-                if not drained:
-                    # short waits: the exit status arrives without waking the data pipe
-                    select.select([fd], [], [], min(0.01, client_deadline - now))
-            rc = chan.recv_exit_status() if not timed_out else None
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise RemoteError(
-                f"{self.address}: connection lost during a command: {exc}",
-                hint="the remote outcome is unknown; check it before re-running",
-            ) from None
+            rc, timed_out = self._pump(chan, out, err, client_deadline)
+            if rc is None and not timed_out and _lost(transport, chan):
+                raise _connection_lost(self.address, script, out, err, "connection lost")
+            if timed_out and not self._answers(transport):
+                # not even the remote `timeout` answered: the link died silently (S07)
+                self._discard(transport)
+                raise _connection_lost(
+                    self.address, script, out, err, "connection stopped answering"
+                )
+        except (OSError, EOFError, paramiko.SSHException):
+            raise _connection_lost(self.address, script, out, err, "connection lost") from None
         finally:
             chan.close()
-        if rc == -1:  # the server sent no exit status (connection closed)
-            rc = None
+            out.close()
+            err.close()
         elapsed = time.monotonic() - start
         if rc == 124 and elapsed >= timeout * 0.9:
             timed_out = True
         res = CmdResult(
             rc=rc,
-            stdout=bytes(out.buf),
-            stderr=bytes(err.buf),
             timed_out=timed_out,
             signal=_signal_of(rc),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
             elapsed_s=elapsed,
+            **_result_streams(out, err),
         )
         if timed_out and not allow_timeout:
             raise _deadline(self.address, script, timeout, res)
         return res
+
+    def _answers(self, transport: Any) -> bool:
+        """Whether the server still opens a channel on ``transport`` (a liveness probe)."""
+        try:
+            transport.open_session(timeout=self.cfg.connect_timeout).close()
+        except Exception:  # noqa: BLE001 - any failure means no answer
+            return False
+        return True
+
+    def _discard(self, transport: Any) -> None:
+        """Drop a dead connection so that the next call opens a new one (S07)."""
+        with self._lock:
+            if self._client is None or self._client.get_transport() is not transport:
+                return  # already replaced
+            if self._sftp is not None:
+                with contextlib.suppress(Exception):
+                    self._sftp.close()
+                self._sftp = None
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._client = None
+
+    @staticmethod
+    def _pump(chan: Any, out: _Capped, err: _Capped, deadline: float) -> tuple[int | None, bool]:
+        """Drain both streams of ``chan`` until it ends: (exit status or None, timed out)."""
+        chan.setblocking(False)
+        fd = chan.fileno()
+        while True:
+            drained = False
+            while chan.recv_ready():
+                out.add(chan.recv(1 << 16))
+                drained = True
+            while chan.recv_stderr_ready():
+                err.add(chan.recv_stderr(1 << 16))
+                drained = True
+            if chan.exit_status_ready() and not chan.recv_ready():
+                if not chan.recv_stderr_ready() and (chan.eof_received or chan.closed):
+                    break
+            if chan.closed and not drained:
+                break
+            now = time.monotonic()
+            if now > deadline:
+                return None, True
+            if not drained:
+                # short waits: the exit status arrives without waking the data pipe
+                select.select([fd], [], [], min(0.01, deadline - now))
+        rc = chan.recv_exit_status()
+        return (None if rc == -1 else rc), False  # -1: the server sent no exit status
 
     # -- files (SFTP) ---------------------------------------------------------------------
 

@@ -52,7 +52,9 @@ import polars as pl
 from forensics.errors import (
     DeadlineExceeded,
     ForensicsError,
+    HostUnreachable,
     LaunchFailed,
+    RemoteError,
     RunNotFound,
     UsageError,
 )
@@ -92,8 +94,9 @@ HEALTH_CONFIRM_S = 0.2  # between the probes of a streak
 HEALTH_PROBE_TIMEOUT_S = 5.0
 GENERATE_PROBE_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
-# Launch states whose process group may still run unrecorded (Ctrl-C during the health wait).
-UNSETTLED = ("registered", "running", "interrupted")
+# Launch states whose process group may still run unrecorded (Ctrl-C during the health wait,
+# a connection lost during it).
+UNSETTLED = ("registered", "running", "interrupted", "unknown")
 TAIL_BYTES = 2000
 # lint findings that stop `forensics launch` before anything runs (a replay runs the chain as
 # typed, so only disk-full stops it: the other findings are what it comes to observe)
@@ -116,7 +119,7 @@ LAUNCH_SCHEMA: dict[str, Any] = {
     "pid": pl.Int64,
     "pgid": pl.Int64,
     "pid_start": pl.Int64,  # /proc/PID/stat field 22 (clock ticks since boot), for S16
-    "status": pl.String,  # registered | running | ready | failed | stopped | unknown
+    "status": pl.String,  # registered|running|ready|failed|timeout|stopped|interrupted|unknown|exited
     "port": pl.Int64,
     "health_url": pl.String,
     "cause": pl.String,
@@ -869,13 +872,18 @@ def _proc_start(host: Host, pid: int) -> int | None:
         return None
 
 
-def _collect_evidence(host: Host, pgid: int | None, port: int | None) -> dict[str, Any]:
+def _collect_evidence(
+    host: Host, pgid: int | None, port: int | None, launch_id: str
+) -> dict[str, Any]:
     try:
         from forensics import evidence  # type: ignore[attr-defined]
     except ImportError:
         return {"note": "forensics.evidence is not available"}
     try:
-        out = evidence.collect(host, pgid=pgid, port=port)
+        from forensics.hosts import forensics_home
+
+        spill = forensics_home() / "evidence" / launch_id  # S06: whole outputs over the cap
+        out = evidence.collect(host, pgid=pgid, port=port, spill_dir=str(spill))
     except ForensicsError as exc:
         return {"error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - evidence is best effort, the diagnosis goes on
@@ -1043,6 +1051,25 @@ def _run(
                 _follow(host, recipe.log_path, offset, stages, progress)
         elif not wrapper_done:
             status = "timeout"
+    except (HostUnreachable, RemoteError, DeadlineExceeded) as exc:
+        # S07: the connection dropped while waiting. The server runs on in its own session
+        # (nohup, setsid) or died: nobody knows which. Recorded as unknown, never as failed.
+        _record(
+            store,
+            {
+                **base,
+                "status": "unknown",
+                "pid": server_pid or sup_pid,
+                "pgid": server_pid,
+                "cause": "connection-lost",
+            },
+        )
+        raise type(exc)(
+            f"{recipe.name}: lost {host.name} during the launch, so its outcome is unknown "
+            f"(the server may still run): {exc.message}",
+            hint=f"once the host answers, `forensics launch --check {recipe.name}` re-checks it "
+            "from its pid file and /health",
+        ) from None
     except KeyboardInterrupt:
         # Ctrl-C stops the waiting, not the server (it runs in its own group): record the
         # group so `forensics stop NAME` can end it, then let the CLI exit 130
@@ -1116,7 +1143,7 @@ def _run(
     evidence = None
     pgid = server_pid
     if status != "ready":
-        evidence = _collect_evidence(host, pgid, recipe.port)
+        evidence = _collect_evidence(host, pgid, recipe.port, launch_id)
     pid_start = _proc_start(host, pgid) if pgid and status == "ready" else None
     if status == "ready" and not keep_running and pgid:
         _kill_group(host, pgid, pid_start, STOP_GRACE_S)
@@ -1401,6 +1428,63 @@ def stop(store: Store, name: str, *, grace_s: float = STOP_GRACE_S) -> dict[str,
     }
 
 
+def recheck(store: Store, name: str) -> dict[str, Any]:
+    """Look again at a launch whose outcome was not seen (S07: the connection dropped).
+
+    The process group comes from the record, else the pid file the supervisor wrote on the
+    host, else the journal; it counts only while it still runs a process naming the launch's
+    log (S16). Alive and verified ready (H06/H11, one round) -> ``ready``; alive otherwise ->
+    ``running``; gone -> ``exited``. The new status is recorded. Returns what was seen.
+    """
+    row = find_launch(store, name)
+    if row is None:
+        raise RunNotFound(f"no launch named {name!r}", hint="see forensics launch --list")
+    h = _host_for(None if row["host"] == "local" else row["host"])
+    info = _probe(h)
+    pgid, source = row.get("pgid"), "record"
+    if not pgid and row.get("pid_path"):
+        res = h.run(f"cat {shlex.quote(row['pid_path'])} 2>/dev/null", timeout=10)
+        text = res.text.strip()
+        pgid, source = (int(text), "pid file") if text.isdigit() else (None, source)
+    if not pgid and row.get("journal_path"):
+        pgid, source = _pgid_from_journal(row), "journal"
+    alive = False
+    if pgid and int(pgid) > 1:
+        res = h.run(f"ps -ww -e -o pgid=,args= 2>/dev/null | awk '$1=={int(pgid)}'", timeout=15)
+        marks = [m for m in (row.get("log_path"), row.get("token")) if m]
+        alive = bool(res.text.strip()) and (not marks or any(m in res.text for m in marks))
+    health = problem = None
+    if alive and row.get("health_url"):
+        codes = []
+        for _ in range(HEALTH_OK_STREAK):
+            codes.append(_health(h, row["health_url"], info["has"]))
+            if codes[-1] != 200:
+                break
+            time.sleep(HEALTH_CONFIRM_S)
+        health = codes[-1]
+        if all(c == 200 for c in codes):
+            problem, _ = _verify_ready(h, row["health_url"], int(pgid), info["has"])
+        else:
+            problem = f"/health answered {health}" if health else "/health did not answer"
+    status = ("ready" if problem is None and health == 200 else "running") if alive else "exited"
+    cause = None if status == "ready" else (problem if alive else "the process group is gone")
+    _record(
+        store,
+        {**row, "status": status, "pgid": pgid if alive else row.get("pgid"), "cause": cause},
+    )
+    return {
+        "launch_id": row["launch_id"],
+        "name": row["name"],
+        "host": row["host"],
+        "previous": row["status"],
+        "status": status,
+        "pgid": pgid,
+        "pgid_from": source if pgid else None,
+        "health": health,
+        "cause": cause,
+    }
+
+
 def _pgid_from_journal(row: dict[str, Any]) -> int | None:
     """The server's process group from the launch journal, if that group still runs our chain.
 
@@ -1437,6 +1521,7 @@ def wait_stopped(host: Host, pgid: int, timeout: float = 10.0) -> bool:
 
 __all__ = [
     "diagnose_journal",
+    "recheck",
     "launch",
     "launches_frame",
     "parse_kill",

@@ -309,3 +309,20 @@ def test_collect_over_ssh(ssh_host, listener):
     owner = [f for f in res["findings"] if f["id"] == "port-owned-by-run"]
     assert len(owner) == 1 and owner[0]["port"] == port
     assert pgid in [f for f in res["findings"] if f["id"] == "run-processes"][0]["pids"]
+
+
+def test_S06_an_output_over_its_cap_is_kept_whole_in_the_spill_dir(tmp_path, monkeypatch):
+    big = evidence.Command("dmesg_big", "seq", "seq 1 200000", 20, 4096)
+    monkeypatch.setattr(evidence, "COMMANDS", [big])
+    spill = tmp_path / "evidence" / "launch1"
+    res = evidence.collect(LocalHost(), spill_dir=str(spill), py_spy=False)
+    rec = res["commands"]["dmesg_big"]
+    full = "".join(f"{i}\n" for i in range(1, 200001))
+    assert rec["status"] == "ok" and len(rec["stdout"]) == 4096  # the tail, in memory
+    assert full.endswith(rec["stdout"])
+    path = rec["stdout_spill"]
+    assert path.startswith(str(spill)) and open(path).read() == full  # whole, on disk
+    assert "stderr_spill" not in rec and "spill_error" not in rec
+    # without a spill dir: only the tail, nothing written
+    res = evidence.collect(LocalHost(), py_spy=False)
+    assert "stdout_spill" not in res["commands"]["dmesg_big"]

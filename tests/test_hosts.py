@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import time
 import uuid
@@ -68,6 +70,136 @@ def test_s06_huge_stdout_and_stderr_complete_and_are_capped():
     assert res.rc == 0
     assert len(res.stdout) == len(res.stderr) == 1 << 20
     assert res.stdout_truncated and res.stderr_truncated
+    assert res.stdout_spill is res.stderr_spill is res.spill_error is None  # no spill_dir given
+
+
+# -- S06 spill: shared with test_hosts_ssh.py ---------------------------------------------------
+
+S06_SIZE = 10 << 20
+# both streams at once, ~10 MiB each, from deterministic generators so every byte can be checked
+S06_SCRIPT = (
+    f"yes forensics-out | head -c {S06_SIZE} & seq 1 1500000 | head -c {S06_SIZE} >&2; wait"
+)
+
+
+@functools.cache
+def s06_expected() -> tuple[bytes, bytes]:
+    out = (b"forensics-out\n" * (S06_SIZE // 14 + 1))[:S06_SIZE]
+    err = "".join(f"{i}\n" for i in range(1, 1500001)).encode()[:S06_SIZE]
+    assert len(out) == len(err) == S06_SIZE
+    return out, err
+
+
+def record_capped(monkeypatch) -> list:
+    """Every ``_Capped`` buffer made from now on, with the largest size its buffer reached."""
+    made: list = []
+
+    class Recording(hosts._Capped):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.peak = 0
+            made.append(self)
+
+        def add(self, data: bytes) -> None:
+            super().add(data)
+            self.peak = max(self.peak, len(self.buf))
+
+    monkeypatch.setattr(hosts, "_Capped", Recording)
+    return made
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_s06_spill(res, spill_dir: Path, cap: int, made: list) -> list[str]:
+    """The S06 result: tails in memory, whole streams in two 0600 files; returns their names."""
+    exp_out, exp_err = s06_expected()
+    assert (res.rc, res.spill_error) == (0, None)
+    assert res.stdout_truncated and res.stderr_truncated
+    assert sha(res.stdout) == sha(exp_out[-cap:]) and sha(res.stderr) == sha(exp_err[-cap:])
+    # memory stayed capped the whole time, for both streams
+    assert len(made) == 2 and all(c.total == S06_SIZE and 0 < c.peak <= cap for c in made)
+    names = []
+    for path, exp, stream in (
+        (res.stdout_spill, exp_out, "stdout"),
+        (res.stderr_spill, exp_err, "stderr"),
+    ):
+        p = Path(path)
+        assert p.parent == spill_dir and p.name.endswith(f".{stream}")
+        assert p.stat().st_mode & 0o777 == 0o600
+        data = p.read_bytes()
+        assert len(data) == S06_SIZE and sha(data) == sha(exp)  # whole, in order, not mixed
+        names.append(p.name)
+    return names
+
+
+def test_s06_huge_streams_spill_whole_to_files_memory_capped(tmp_path, monkeypatch):
+    made = record_capped(monkeypatch)
+    spill = tmp_path / "spill"
+    cap = 256 << 10
+    res = LocalHost().run(S06_SCRIPT, timeout=60, max_output=cap, spill_dir=spill)
+    first = check_s06_spill(res, spill, cap, made)
+    made.clear()
+    again = LocalHost().run(S06_SCRIPT, timeout=60, max_output=cap, spill_dir=str(spill))
+    second = check_s06_spill(again, spill, cap, made)
+    # every run gets its own files: nothing overwritten, nothing else in the directory
+    assert sorted(os.listdir(spill)) == sorted(first + second) and len(set(first + second)) == 4
+
+
+def test_s06_output_within_the_cap_makes_no_spill_file(tmp_path):
+    spill = tmp_path / "spill"
+    res = LocalHost().run(
+        "head -c 4096 /dev/zero; echo e >&2", timeout=10, max_output=4096, spill_dir=spill
+    )
+    assert (res.rc, len(res.stdout), res.stderr, res.stdout_truncated) == (0, 4096, b"e\n", False)
+    assert res.stdout_spill is res.stderr_spill is res.spill_error is None
+    assert not spill.exists()  # created lazily, only for a stream past the cap
+    one_over = LocalHost().run(
+        "head -c 4097 /dev/zero",
+        timeout=10,
+        max_output=4096,
+        spill_dir=spill,
+        spill_name="py-spy 42",
+    )
+    name = Path(one_over.stdout_spill).name
+    assert one_over.stderr_spill is None and os.listdir(spill) == [name]
+    assert name.startswith("py-spy_42.") and name.endswith(".stdout")
+    assert Path(one_over.stdout_spill).read_bytes() == bytes(4097) and len(one_over.stdout) == 4096
+
+
+def test_s06_unwritable_spill_dir_does_not_fail_the_command(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the spill directory should be")
+    res = LocalHost().run(S06_SCRIPT, timeout=60, max_output=1 << 16, spill_dir=blocker / "spill")
+    exp_out, exp_err = s06_expected()
+    assert (
+        res.rc == 0 and res.stdout == exp_out[-(1 << 16) :] and res.stderr == exp_err[-(1 << 16) :]
+    )
+    assert res.stdout_spill is None and res.stderr_spill is None
+    assert res.spill_error is not None and "cannot spill to" in res.spill_error
+    assert str(blocker / "spill") in res.spill_error and "Not a directory" in res.spill_error
+    assert "stdout" in res.spill_error and "stderr" in res.spill_error
+
+
+def test_s06_spill_that_hits_a_full_disk_is_dropped_not_fatal(tmp_path, monkeypatch):
+    # the spill file's writes go to /dev/full: the kernel answers ENOSPC, as on a full disk
+    placeholder = tmp_path / "spill" / "placeholder.stdout"
+    real_open = hosts._open_spill
+
+    def open_full(directory: str, label: str) -> tuple[int, str]:
+        if not label.endswith(".stdout"):
+            return real_open(directory, label)
+        placeholder.write_bytes(b"")
+        return os.open("/dev/full", os.O_WRONLY), str(placeholder)
+
+    monkeypatch.setattr(hosts, "_open_spill", open_full)
+    res = LocalHost().run(S06_SCRIPT, timeout=60, max_output=1 << 16, spill_dir=tmp_path / "spill")
+    exp_out, exp_err = s06_expected()
+    assert res.rc == 0 and res.stdout == exp_out[-(1 << 16) :]
+    assert res.stdout_spill is None and not placeholder.exists()  # no misleading partial file
+    assert "spill to" in res.spill_error and "No space left on device" in res.spill_error
+    assert sha(Path(res.stderr_spill).read_bytes()) == sha(exp_err)  # the other stream is whole
 
 
 def test_s17_spawn_is_detached_in_its_own_session(tmp_path):
@@ -214,3 +346,22 @@ def test_parse_address_forms():
     assert hosts.parse_address("root@10.0.0.8:2222") == ("root", "10.0.0.8", 2222)
     assert hosts.parse_address("u@[::1]:22") == ("u", "::1", 22)
     assert hosts.parse_address("h")[1:] == ("h", 22)
+
+
+def test_s06_spill_of_a_stream_a_background_process_keeps_open(tmp_path):
+    # the command ends but its background child still holds stdout: the run returns after the
+    # drain grace, keeps the spill written so far and says it may be incomplete
+    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+    try:
+        res = LocalHost().run(
+            f"head -c 5000 /dev/zero; sleep {marker} & exit 0",
+            timeout=30,
+            max_output=1000,
+            spill_dir=tmp_path / "spill",
+        )
+        assert res.rc == 0 and len(res.stdout) == 1000
+        assert Path(res.stdout_spill).read_bytes() == bytes(5000)
+        assert "a background process still writes" in res.spill_error
+    finally:
+        for pid in _procs_with(f"sleep {marker}"):
+            os.kill(pid, 9)  # the background sleep this test started

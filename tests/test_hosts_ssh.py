@@ -7,6 +7,7 @@ same files, and "the remote process is gone" is checked in /proc.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -25,10 +26,11 @@ from forensics.errors import (
     HostKeyError,
     HostUnreachable,
     InputNotFound,
+    RemoteError,
 )
 from forensics.hosts import LocalHost, ReadIncomplete, SSHHost, get_host, resolve_location
 
-from .test_hosts import _procs_with
+from .test_hosts import S06_SCRIPT, _procs_with, check_s06_spill, record_capped, s06_expected
 
 
 @pytest.fixture
@@ -124,6 +126,149 @@ def test_s06_huge_stdout_and_stderr_complete(ssh_host):
     assert len(res.stdout) == len(res.stderr) == 10 << 20
     capped = ssh_host.run(script, timeout=60)
     assert len(capped.stdout) == 1 << 20 and capped.stdout_truncated
+
+
+def test_s06_huge_streams_spill_whole_to_local_files(ssh_host, tmp_path, monkeypatch):
+    made = record_capped(monkeypatch)
+    spill = tmp_path / "spill"
+    res = ssh_host.run(S06_SCRIPT, timeout=60, max_output=256 << 10, spill_dir=spill)
+    names = check_s06_spill(res, spill, 256 << 10, made)
+    assert sorted(os.listdir(spill)) == sorted(names)
+
+
+def test_s06_no_spill_for_small_output_and_unwritable_dir_is_not_fatal(ssh_host, tmp_path):
+    spill = tmp_path / "spill"
+    small = ssh_host.run("echo out; echo err >&2", timeout=10, max_output=64, spill_dir=spill)
+    assert (small.stdout, small.stderr, small.stdout_spill, small.stderr_spill) == (
+        b"out\n",
+        b"err\n",
+        None,
+        None,
+    )
+    assert small.spill_error is None and not spill.exists()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    res = ssh_host.run(S06_SCRIPT, timeout=60, max_output=1 << 16, spill_dir=blocker / "spill")
+    exp_out, exp_err = s06_expected()
+    assert res.rc == 0 and (res.stdout, res.stderr) == (
+        exp_out[-(1 << 16) :],
+        exp_err[-(1 << 16) :],
+    )
+    assert res.stdout_spill is res.stderr_spill is None
+    assert "cannot spill to" in res.spill_error and "Not a directory" in res.spill_error
+
+
+def _proc_stat(pid: int) -> tuple[str, int]:
+    """(comm, ppid) of a live process."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    return comm, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        chain.append(pid)
+        pid = _proc_stat(pid)[1]
+    return chain
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+class _RemoteSleep:
+    """``host.run`` of a long remote sleep in a thread, plus the sshd child that serves it.
+
+    The remote shell writes its pid to a local file (sshd runs on this machine); the serving
+    sshd child is its nearest ``sshd`` ancestor below the test's own sshd listener, so only
+    processes this test started are ever signalled.
+    """
+
+    def __init__(self, host, listener: int, tmp_path: Path, timeout: float):
+        self.marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+        self.pidfile = tmp_path / f"remote-{self.marker}.pid"
+        self.caught: list[BaseException] = []
+        self.sleeper: int | None = None
+        script = f"echo $$ > {self.pidfile}; exec sleep {self.marker}"
+
+        def call() -> None:
+            try:
+                host.run(script, timeout=timeout)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                self.caught.append(exc)
+
+        self.thread = threading.Thread(target=call, daemon=True)
+        self.thread.start()
+        for _ in range(200):
+            if self.pidfile.exists() and self.pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        self.sleeper = int(self.pidfile.read_text())
+        assert self.marker.encode() in _cmdline(self.sleeper)
+        chain = _ancestors(self.sleeper)
+        assert listener in chain
+        self.sshd_child = next(
+            p for p in chain[: chain.index(listener)] if _proc_stat(p)[0] == "sshd"
+        )
+
+    def error(self) -> BaseException:
+        self.thread.join(timeout=60)  # the deadline backstop is < 15 s; the sleep 1000 s
+        assert not self.thread.is_alive(), "run() did not notice the broken connection"
+        assert len(self.caught) == 1, self.caught
+        return self.caught[0]
+
+    def cleanup(self) -> None:
+        if self.sleeper is not None and self.marker.encode() in _cmdline(self.sleeper):
+            os.kill(self.sleeper, 9)  # the orphaned remote command this test started
+
+
+def _check_lost(exc: BaseException, address: str, what: str) -> None:
+    assert isinstance(exc, RemoteError) and exc.exit_code == EXIT_REMOTE, repr(exc)
+    msg = str(exc)
+    assert msg.startswith(f"{address}: {what} during a command (its outcome is unknown")
+    assert "\n" not in msg and "Traceback" not in msg
+
+
+def test_s07_connection_drop_mid_command_is_a_remote_error_then_reconnects(
+    ssh_host, sshd_server, tmp_path
+):
+    old_transport = ssh_host._client.get_transport()
+    job = _RemoteSleep(ssh_host, sshd_server.proc.pid, tmp_path, timeout=300)
+    try:
+        os.kill(job.sshd_child, 9)  # the connection drops: sshd's child dies
+        exc = job.error()
+    finally:
+        job.cleanup()
+    _check_lost(exc, sshd_server.address, "connection lost")
+    # the same host object reconnects for the next command, on a new transport
+    assert ssh_host.run("echo again", timeout=10).stdout == b"again\n"
+    assert ssh_host._client.get_transport() is not old_transport
+    assert get_host("sshtest").run("echo cached", timeout=10).ok
+
+
+def test_s07_silent_link_is_caught_by_the_deadline_then_replaced(sshd_server, tmp_path):
+    # a link that goes silent (a firewall drop): the sshd child is stopped, not killed
+    _config(sshd_server, connect_timeout=1)
+    host = get_host("sshtest")
+    old_transport = host._client.get_transport()
+    job = None
+    try:
+        job = _RemoteSleep(host, sshd_server.proc.pid, tmp_path, timeout=1)
+        os.kill(job.sshd_child, signal.SIGSTOP)
+        exc = job.error()
+        _check_lost(exc, sshd_server.address, "connection stopped answering")
+        assert host._client is None  # the dead connection was dropped at once
+        assert host.run("echo again", timeout=10).stdout == b"again\n"
+        assert host._client.get_transport() is not old_transport
+    finally:
+        if job is not None:
+            os.kill(job.sshd_child, signal.SIGKILL)  # the child this test stopped
+            job.cleanup()
+        hosts.close_all()
 
 
 def test_s17_spawn_returns_at_once_and_runs_detached(ssh_host, tmp_path):

@@ -7,10 +7,12 @@ start (bad-inputs S14-S16).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -402,3 +404,131 @@ def test_S10_launch_refused_below_min_free_mb_nothing_runs(store, tmp_path):
     with pytest.raises(launcher.LaunchFailed):
         launcher.relaunch(store, "no_room", recipe=recipe, sim=sim, deadline=5)
     assert launcher.launches_frame(store).is_empty()
+
+
+def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, tmp_path):
+    """A launch left `unknown` (the connection dropped before the group was recorded) is
+    re-checked from the pid file the supervisor wrote on the host; never assumed failed."""
+    recipe = Recipe(
+        name="lost_sight",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        log_path=str(tmp_path / "logs" / "lost_sight.log"),
+        health_url=None,
+    )
+    sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
+    res = launcher.launch(store, recipe, sim=sim, deadline=20)
+    assert res["status"] == "ready"
+    row = launcher.find_launch(store, "lost_sight")
+    launcher._record(store, {**row, "status": "unknown", "pgid": None, "cause": "connection-lost"})
+    seen = launcher.recheck(store, "lost_sight")
+    assert (seen["previous"], seen["status"]) == ("unknown", "ready"), seen
+    assert seen["pgid"] == res["pgid"] and seen["pgid_from"] == "pid file"
+    assert launcher.find_launch(store, "lost_sight")["status"] == "ready"
+    # the CLI says the same
+    args = ["--store", str(tmp_path / "store"), "launch", "lost_sight", "--check", "--json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["status"] == "ready"
+    launcher.stop(store, "lost_sight", grace_s=3)
+    assert launcher.wait_stopped(LocalHost(), res["pgid"])
+    launcher._record(store, {**row, "status": "unknown", "cause": "connection-lost"})
+    gone = launcher.recheck(store, "lost_sight")
+    assert gone["status"] == "exited" and "gone" in gone["cause"]
+
+
+def _sshd_descendants(master: int) -> list[int]:
+    """The per-connection sshd processes below ``master`` (a sshd this test started)."""
+    from pathlib import Path
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        pid, comm = int(d.name), stat[stat.index("(") + 1 : stat.rindex(")")]
+        chain, p = [], pid
+        while p > 1:
+            try:
+                s = Path(f"/proc/{p}/stat").read_text()
+            except OSError:
+                break
+            p = int(s.rsplit(")", 1)[1].split()[1])
+            chain.append(p)
+        if comm == "sshd" and master in chain:
+            out.append(pid)
+    return out
+
+
+def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
+    store, tmp_path, monkeypatch
+):
+    """The host's sshd dies while forensics waits for /health: the launch is recorded as
+    `unknown` (never `failed`) with a one-line error; once sshd is back, `recheck` finds the
+    server that ran on by itself (own session, nohup) ready."""
+    import os
+    import signal as sig
+
+    from forensics import hosts
+    from forensics.errors import HostUnreachable, RemoteError
+    from forensics.localsshd import find_sshd, local_sshd
+
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    srv = local_sshd(tmp_path / "sshd")
+    (tmp_path / "forensics.toml").write_text(srv.toml("flaky"))
+    hosts.close_all()
+    restarted = None
+    recipe = Recipe(
+        name="lost_link",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        log_path=str(tmp_path / "logs" / "lost_link.log"),
+        health_url=None,
+        host="flaky",
+    )
+    sim = {"speed": 20.0, "port": _free_port(), "python": sys.executable}
+
+    def cut(event):
+        if event.get("event") == "server":  # the server runs; the health wait begins
+            master = srv.proc.pid
+            for pid in _sshd_descendants(master):
+                os.kill(pid, sig.SIGKILL)
+            srv.stop()  # and no reconnect is possible
+
+    try:
+        with pytest.raises((HostUnreachable, RemoteError)) as exc:
+            launcher.launch(store, recipe, sim=sim, deadline=60, progress=cut)
+        msg = str(exc.value)
+        assert "lost flaky during the launch, so its outcome is unknown" in msg
+        assert "launch --check lost_link" in msg and "\n" not in msg
+        row = launcher.find_launch(store, "lost_link")
+        assert (row["status"], row["cause"]) == ("unknown", "connection-lost")
+        # sshd comes back on the same port; the server never depended on the connection
+        restarted = subprocess.Popen(
+            [find_sshd(), "-D", "-e", "-f", str(tmp_path / "sshd" / "sshd_config")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_port(srv.port)
+        hosts.close_all()
+        seen = launcher.recheck(store, "lost_link")
+        assert seen["previous"] == "unknown" and seen["status"] in ("running", "ready"), seen
+        assert seen["pgid_from"] in ("record", "pid file")
+        for _ in range(120):  # still starting (running) until it is ready: check again
+            if seen["status"] == "ready":
+                break
+            assert seen["status"] == "running" and seen["cause"], seen
+            time.sleep(0.5)
+            seen = launcher.recheck(store, "lost_link")
+        assert seen["status"] == "ready" and seen["health"] == 200, seen
+        assert launcher.find_launch(store, "lost_link")["status"] == "ready"
+    finally:
+        if restarted is not None:
+            with contextlib.suppress(Exception):
+                launcher.stop(store, "lost_link", grace_s=3)
+            hosts.close_all()
+            restarted.terminate()
+            restarted.wait(timeout=10)
+        srv.stop()
