@@ -690,6 +690,13 @@ def parse_address(text: str, *, where: str = "address") -> tuple[str, str, int]:
     return m["user"] or getpass.getuser(), host, port
 
 
+# The top-level tables of forensics.toml / config.toml, and who reads them.
+CONFIG_SECTIONS = (
+    "hosts",  # forensics.hosts: [hosts.NAME]
+    "recipes",  # forensics.recipe: [recipes.NAME]
+)
+
+
 def load_config(paths: list[Path] | None = None) -> dict[str, Any]:
     """The merged config: ``{"hosts": {NAME: HostConfig}, "raw": [(path, dict)]}``.
 
@@ -704,6 +711,16 @@ def load_config(paths: list[Path] | None = None) -> dict[str, Any]:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file") from None
+        unknown = sorted(set(data) - set(CONFIG_SECTIONS))
+        if unknown:  # a typo ([host.gpu8], [recipe.x]) would otherwise be silently ignored
+            import difflib
+
+            near = difflib.get_close_matches(unknown[0], CONFIG_SECTIONS, n=1)
+            raise ConfigError(
+                f"{path}: [{unknown[0]}]: not a section forensics reads"
+                + (f" (did you mean [{near[0]}]?)" if near else ""),
+                hint=f"the sections are {', '.join(f'[{s}]' for s in CONFIG_SECTIONS)}",
+            )
         raw.append((str(path), data))
         section = data.get("hosts", {})
         if not isinstance(section, dict):

@@ -294,6 +294,10 @@ def test_bench_binary_dataset_is_a_usage_error_with_a_fix(capsys, tmp_path):
         ("[recipes.r1]\nserver = \"python3 -m sglang.launch_server 'x\"\n", ["lint", "r1"],
          "recipes.r1.server"),
         ("[recipes.'../x']\nserver = ['python3']\n", ["lint", "r1"], "forensics.toml"),
+        # a typo in a section name was silently ignored: the host "did not exist"
+        ('[host.gpu8]\naddress = "root@h"\n', ["hosts", "list"], "[host]: not a section"),
+        ('[host.gpu8]\naddress = "root@h"\n', ["hosts", "list"], "did you mean [hosts]?"),
+        ("timeout = 5\n", ["hosts", "list"], "[timeout]: not a section"),
     ],
 )  # fmt: skip
 def test_bad_config_values_name_the_file_and_key(capsys, tmp_path, toml, cmd, needle):
