@@ -170,6 +170,49 @@ def collect(
             spill_dir,
         )
 
+    tables = tables_of(commands, pgid=pgid, pids=pids)
+
+    if py_spy and pgid is not None:
+        targets = _py_spy_targets(tables["run_tree"], pids or [])
+        frames = []
+        for pid in targets:
+            left = end - time.monotonic()
+            name = f"py_spy_{pid}"
+            if left <= 1:
+                commands[name] = {"command": "py-spy dump", "tool": "py-spy", "status": "skipped"}
+                continue
+            script = f"command -v py-spy >/dev/null 2>&1 || {{ echo 'py-spy: not installed' >&2; exit 127; }}\npy-spy dump --pid {int(pid)}"
+            commands[name] = _run(host, name, "py-spy", script, min(30.0, left), 1 << 20, spill_dir)
+            if commands[name]["status"] == "ok":
+                frames.append(ev.parse_py_spy(commands[name]["stdout"]))
+            elif commands[name]["status"] == "missing":
+                break  # one note is enough
+        import polars as pl
+
+        tables["py_spy"] = pl.concat(frames) if frames else pl.DataFrame(schema=ev.PYSPY_SCHEMA)
+
+    findings = findings_of(host.name, commands, tables, pgid=pgid, port=port)
+    return {
+        "host": host.name,
+        "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "pgid": pgid,
+        "port": port,
+        "commands": commands,
+        "tables": tables if as_frames else {k: v.to_dicts() for k, v in tables.items()},
+        "findings": findings,
+    }
+
+
+def tables_of(
+    commands: dict[str, dict], *, pgid: int | None = None, pids: list[int] | None = None
+) -> dict[str, pl.DataFrame]:
+    """The tables parsed from the command records of ``collect`` (pure: text in, frames out).
+
+    Records whose status is not ``ok`` give empty tables. ``run_tree`` is the process tree of
+    the group ``pgid`` (and of ``pids``).
+    """
+    from parsers import evidence as ev
+
     def text(name: str) -> str:
         c = commands.get(name, {})
         return c.get("stdout", "") if c.get("status") == "ok" else ""
@@ -192,39 +235,23 @@ def collect(
     if pgid is not None and ps.height:
         roots += ps.filter(ps["pgid"] == pgid)["pid"].to_list()
     tables["run_tree"] = ev.process_tree(ps, roots) if ps.height else ps
+    return tables
 
-    if py_spy and pgid is not None:
-        targets = _py_spy_targets(tables["run_tree"], pids or [])
-        frames = []
-        for pid in targets:
-            left = end - time.monotonic()
-            name = f"py_spy_{pid}"
-            if left <= 1:
-                commands[name] = {"command": "py-spy dump", "tool": "py-spy", "status": "skipped"}
-                continue
-            script = f"command -v py-spy >/dev/null 2>&1 || {{ echo 'py-spy: not installed' >&2; exit 127; }}\npy-spy dump --pid {int(pid)}"
-            commands[name] = _run(host, name, "py-spy", script, min(30.0, left), 1 << 20, spill_dir)
-            if commands[name]["status"] == "ok":
-                frames.append(ev.parse_py_spy(commands[name]["stdout"]))
-            elif commands[name]["status"] == "missing":
-                break  # one note is enough
-        import polars as pl
 
-        tables["py_spy"] = pl.concat(frames) if frames else pl.DataFrame(schema=ev.PYSPY_SCHEMA)
-
-    ctx = _Context(host.name, pgid, port, commands, tables)
+def findings_of(
+    host_name: str,
+    commands: dict[str, dict],
+    tables: dict[str, pl.DataFrame],
+    *,
+    pgid: int | None = None,
+    port: int | None = None,
+) -> list[dict]:
+    """The findings (``FINDERS``) from command records and their tables (pure)."""
+    ctx = _Context(host_name, pgid, port, commands, tables)
     findings: list[dict] = []
     for _name, finder in FINDERS:
         findings.extend(finder(ctx))
-    return {
-        "host": host.name,
-        "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "pgid": pgid,
-        "port": port,
-        "commands": commands,
-        "tables": tables if as_frames else {k: v.to_dicts() for k, v in tables.items()},
-        "findings": findings,
-    }
+    return findings
 
 
 def _py_spy_targets(tree: pl.DataFrame, pids: list[int]) -> list[int]:

@@ -324,3 +324,54 @@ def test_S06_an_output_over_its_cap_is_kept_whole_in_the_spill_dir(tmp_path, mon
     # without a spill dir: only the tail, nothing written
     res = evidence.collect(LocalHost(), py_spy=False)
     assert "stdout_spill" not in res["commands"]["dmesg_big"]
+
+
+# -- a live capture: forensics' own commands run on an H200 (scripts/gen_gpu_capture.py) ------
+
+LIVE = FIX / "live"
+
+
+def _live_commands() -> dict[str, dict]:
+    """The command records as collect() makes them, from the captured stdout/stderr/rc."""
+    rcs = dict(line.split(" rc=") for line in (LIVE / "rc.txt").read_text().split("\n") if line)
+    out = {}
+    for cmd in evidence.COMMANDS:
+        rc = int(rcs[cmd.name])
+        stdout = (LIVE / f"{cmd.name}.stdout").read_text()
+        stderr = (LIVE / f"{cmd.name}.stderr").read_text()
+        missing = rc == 127 and f"{cmd.tool}: not installed" in stderr
+        status = "ok" if rc == 0 else ("missing" if missing else "failed")
+        out[cmd.name] = {"command": cmd.script, "tool": cmd.tool, "status": status, "rc": rc,
+                         "stdout": stdout, "stderr": stderr}  # fmt: skip
+    return out
+
+
+def test_live_h200_capture_names_the_runs_gpu_memory_and_the_other_holder():
+    """On a real H200 (driver 580, CUDA 13.0), a process group of ours held 8 GiB and another
+    process 4 GiB while forensics' exact evidence commands ran. The pure half of collect()
+    (tables_of + findings_of) must tell them apart from those outputs alone."""
+    pids = dict(kv.split("=") for kv in (LIVE / "pids.txt").read_text().split())
+    run, other = int(pids["run_pgid"]), int(pids["other_pid"])
+    commands = _live_commands()
+    assert commands["nvidia_smi"]["status"] == "ok" and commands["ss"]["status"] == "missing"
+    tables = evidence.tables_of(commands, pgid=run)
+    gpus = tables["gpus"].to_dicts()
+    assert len(gpus) == 1 and gpus[0]["memory_used_mib"] == 13523
+    assert tables["query_gpu"]["memory_total"].to_list() == [143771]
+    # this driver names the column `used_gpu_memory [MiB]` for the field asked as used_memory
+    apps = ev.parse_query_compute_apps(commands["query_apps"]["stdout"]).to_dicts()
+    assert [(a["pid"], a["used_memory_mib"]) for a in apps] == [(run, 8802), (other, 4706)]
+    held = {r["pid"]: r["used_memory_mib"] for r in tables["gpu_processes"].to_dicts()}
+    assert held == {run: 8802, other: 4706}
+    assert set(tables["fuser"]["pid"].to_list()) == {run, other}
+    assert run in tables["run_tree"]["pid"].to_list()
+    assert other not in tables["run_tree"]["pid"].to_list()  # same parent, another group
+    findings = evidence.findings_of("h200", commands, tables, pgid=run)
+    by_id = {}
+    for f in findings:
+        by_id.setdefault(f["id"], []).append(f)
+    assert [f["pid"] for f in by_id["gpu-held-by-run"]] == [run]
+    assert [f["pid"] for f in by_id["gpu-held-by-other"]] == [other]
+    assert by_id["gpu-held-by-other"][0]["used_memory_mib"] == 4706
+    assert "ss: not installed on h200" in [f["message"] for f in by_id["tool-missing"]]
+    assert "xid" not in by_id  # dmesg readable, no Xid lines on this host
