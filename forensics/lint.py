@@ -408,6 +408,19 @@ def _check_sleep(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
             )
 
 
+def _at_server(ctx: LintContext, rule: Rule, where: str, explanation: str, alt: str) -> Finding:
+    """A host check's finding, placed on the server step (``where`` when there is none)."""
+    step = ctx.server
+    return Finding(
+        rule.id,
+        rule.severity,
+        step.index if step else None,
+        step.text if step else where,
+        explanation,
+        alt,
+    )
+
+
 def _check_log_dir(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     log = ctx.recipe.log_path
     if not log or ctx.host is None:
@@ -415,12 +428,10 @@ def _check_log_dir(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     d = posixpath.dirname(log) or "."
     if ctx.host.is_dir(d):
         return
-    step = ctx.server
-    yield Finding(
-        rule.id,
-        rule.severity,
-        step.index if step else None,
-        step.text if step else log,
+    yield _at_server(
+        ctx,
+        rule,
+        log,
         f"{ctx.host.name}:{d} does not exist, so the shell cannot open {log} for the "
         "redirection: the server never starts and no log is written.",
         rule.alternative.replace("DIR", d),
@@ -459,15 +470,13 @@ def _check_disk(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     paths = [posixpath.dirname(ctx.recipe.log_path) or "."] if ctx.recipe.log_path else []
     tmp = ctx.host.run("echo ${TMPDIR:-/tmp}", timeout=10, allow_timeout=True).text.strip()
     paths.append(tmp or "/tmp")
-    step = ctx.server
     for path, mount, free in free_space(ctx.host, paths):
         if free >= need:
             continue
-        yield Finding(
-            rule.id,
-            rule.severity,
-            step.index if step else None,
-            step.text if step else path,
+        yield _at_server(
+            ctx,
+            rule,
+            path,
             f"{ctx.host.name}:{mount} (holding {path}) has {free:,.0f} MiB free, less than the "
             f"{need:,.0f} MiB a launch needs: the log, Triton/CUDA-graph caches and core files "
             "fail mid-write with `No space left on device`.",
@@ -493,12 +502,10 @@ def _check_port(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
         return
     if not port_listening(ctx.host, port):
         return
-    step = ctx.server
-    yield Finding(
-        rule.id,
-        rule.severity,
-        step.index if step else None,
-        step.text if step else str(ctx.recipe.health_url),
+    yield _at_server(
+        ctx,
+        rule,
+        str(ctx.recipe.health_url),
         f"port {port} is already bound on {ctx.host.name}: the new server fails to bind "
         "(`address already in use`), or /health answers from the old server and the launch "
         "looks healthy when it is not.",

@@ -391,14 +391,13 @@ def test_cli_json_is_one_object(faultserver):
         assert key in out
 
 
-def test_h10_sigint_saves_partial_results_exit_130(faultserver, tmp_path):
-    store = tmp_path / "store"
-    url = faultserver.fresh("slow")
-    tag = url.rsplit("/", 1)[1]
+def _interrupted_bench(store, url, extra, started, settle: float = 0.0):
+    """A real `forensics bench` process (100 prompts, 2 streams), SIGINT once ``started()``
+    holds (or after 30 s); returns (process, stderr)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "forensics", "--store", str(store), "bench", url]
-        + ["--num-prompts", "100", "--concurrency", "2"],
+        + ["--num-prompts", "100", "--concurrency", "2", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -406,15 +405,25 @@ def test_h10_sigint_saves_partial_results_exit_130(faultserver, tmp_path):
     )
     try:
         deadline = time.monotonic() + 30
-        while faultserver.counts.get(tag, 0) < 6 and time.monotonic() < deadline:
+        while not started() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.3)
+        time.sleep(settle)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return proc, err
+
+
+def test_h10_sigint_saves_partial_results_exit_130(faultserver, tmp_path):
+    store = tmp_path / "store"
+    url = faultserver.fresh("slow")
+    tag = url.rsplit("/", 1)[1]
+    proc, err = _interrupted_bench(
+        store, url, [], lambda: faultserver.counts.get(tag, 0) >= 6, settle=0.3
+    )
     assert proc.returncode == 130, err
     assert "Interrupted" in err and "Traceback" not in err
     row = Store.open(store).table("bench").row(0, named=True)
@@ -588,25 +597,9 @@ def test_h06_h10_sigint_keeps_the_health_samples_taken(faultserver, tmp_path):
     store = tmp_path / "store"
     url = faultserver.fresh("h06_flap")
     tag = _tag(url)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forensics", "--store", str(store), "bench", url]
-        + ["--num-prompts", "100", "--concurrency", "2", "--health-every", "0.1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    proc, err = _interrupted_bench(
+        store, url, ["--health-every", "0.1"], lambda: faultserver.health_counts.get(tag, 0) >= 4
     )
-    try:
-        deadline = time.monotonic() + 30
-        while faultserver.health_counts.get(tag, 0) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     s = Store.open(store)

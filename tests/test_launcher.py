@@ -44,6 +44,17 @@ def store(tmp_path):
         launcher.stop(st, row["name"], grace_s=3)
 
 
+def _sim_recipe(tmp_path, name: str, **kw) -> Recipe:
+    """A recipe for SGLang (the simulator stands in with ``sim=``), logging to tmp_path/logs."""
+    return Recipe(
+        name=name,
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+        log_path=str(tmp_path / "logs" / f"{name}.log"),
+        health_url=None,
+        **kw,
+    )
+
+
 def _seed(tmp_path) -> str:
     logs = tmp_path / "eagle3"
     logs.mkdir(exist_ok=True)
@@ -161,12 +172,7 @@ def test_healthy_replay_follows_stages_then_stop_ends_the_group(store, tmp_path)
 
 
 def test_launch_safe_registers_first_and_uses_pid_file(store, tmp_path):
-    recipe = Recipe(
-        name="sglang_eagle3_cg_2step",
-        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
-        log_path=str(tmp_path / "logs" / "sglang_eagle3_cg_2step.log"),
-        health_url=None,
-    )
+    recipe = _sim_recipe(tmp_path, "sglang_eagle3_cg_2step")
     port = _free_port()
     res = launcher.launch(
         store, recipe, sim={"speed": SPEED, "port": port, "python": sys.executable}, deadline=20
@@ -387,13 +393,7 @@ def _wait_port(port: int, timeout: float = 20.0) -> None:
 
 
 def test_S10_launch_refused_below_min_free_mb_nothing_runs(store, tmp_path):
-    recipe = Recipe(
-        name="no_room",
-        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
-        log_path=str(tmp_path / "logs" / "no_room.log"),
-        health_url=None,
-        min_free_mb=1e12,  # more than any test machine has
-    )
+    recipe = _sim_recipe(tmp_path, "no_room", min_free_mb=1e12)  # more than any machine has
     sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
     with pytest.raises(launcher.LaunchFailed) as exc:
         launcher.launch(store, recipe, sim=sim, deadline=5)
@@ -409,12 +409,7 @@ def test_S10_launch_refused_below_min_free_mb_nothing_runs(store, tmp_path):
 def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, tmp_path):
     """A launch left `unknown` (the connection dropped before the group was recorded) is
     re-checked from the pid file the supervisor wrote on the host; never assumed failed."""
-    recipe = Recipe(
-        name="lost_sight",
-        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
-        log_path=str(tmp_path / "logs" / "lost_sight.log"),
-        health_url=None,
-    )
+    recipe = _sim_recipe(tmp_path, "lost_sight")
     sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
     res = launcher.launch(store, recipe, sim=sim, deadline=20)
     assert res["status"] == "ready"
@@ -480,13 +475,7 @@ def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
     (tmp_path / "forensics.toml").write_text(srv.toml("flaky"))
     hosts.close_all()
     restarted = None
-    recipe = Recipe(
-        name="lost_link",
-        server=["python3", "-m", "sglang.launch_server", "--model-path", "m"],
-        log_path=str(tmp_path / "logs" / "lost_link.log"),
-        health_url=None,
-        host="flaky",
-    )
+    recipe = _sim_recipe(tmp_path, "lost_link", host="flaky")
     sim = {"speed": 20.0, "port": _free_port(), "python": sys.executable}
 
     def cut(event):
