@@ -1472,6 +1472,32 @@ def resolve_target(target: str, port: int | None = None) -> str:
     return f"http://{host}:{final_port}"
 
 
+def launch_url(store: Store, name: str) -> str | None:
+    """The server URL of the launch NAME (``forensics launch --name NAME``), seen from here.
+
+    A local launch answers on 127.0.0.1; a remote one on its configured host's address. None
+    when no launch has that exact name.
+    """
+    from urllib.parse import urlsplit
+
+    from forensics.launcher import find_launch_exact
+
+    row = find_launch_exact(store, name)
+    if row is None:
+        return None
+    parts = urlsplit(row.get("health_url") or "")
+    port = row.get("port") or parts.port or 30000
+    host = "127.0.0.1"
+    if row.get("host") not in (None, "", "local"):
+        from forensics.hosts import load_config
+
+        cfg = load_config()["hosts"].get(row["host"])
+        host = cfg.host if cfg is not None else row["host"]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme or 'http'}://{host}:{int(port)}"
+
+
 def run_port(store: Store, run_id: str) -> int | None:
     import polars as pl
 

@@ -83,7 +83,8 @@ def _progress_line(p: Any) -> str:
 def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int | None, **kw: Any):
     """Benchmark an SGLang server: single stream (default), --concurrency N, or --rate R.
 
-    TARGET is a URL (http://127.0.0.1:30000), HOST[:PORT], or a host name from the config.
+    TARGET is a URL (http://127.0.0.1:30000), HOST[:PORT], a host name from the config, or
+    the name of a launch (`forensics launch --name NAME`: its host and port).
     Tokens are the server's counts (meta_info / usage), never stream chunks; accept length
     comes from each request's final chunk and from /server_info after a /flush_cache.
 
@@ -103,7 +104,14 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         run_id, run_label = bench.resolve_run(store, run_name)
         if port is None and "://" not in target:
             port = bench.run_port(store, run_id)
-    url = bench.resolve_target(target, port)
+    url = None
+    if port is None and not set(target) & {":", "/"}:
+        # a launch's name (`forensics launch --name NAME`), unless the config names a host so
+        from forensics.hosts import load_config
+
+        if target not in load_config()["hosts"] and _has_store(ctx):
+            url = bench.launch_url(get_store(ctx, create=False), target)
+    url = url or bench.resolve_target(target, port)
     cfg = bench.BenchConfig(url=url, **kw)
     cfg.validate()
     rep = _run_with_progress(bench, cfg, quiet=as_json)
@@ -229,6 +237,16 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
     rows.append(("bench id", rep.bench_id + ("" if stored else " (not stored)")))
     for label, value in rows:
         console.print(f"  {label:<26} {value}")
+
+
+def _has_store(ctx: click.Context) -> bool:
+    from forensics.errors import ForensicsError
+
+    try:
+        get_store(ctx, create=False)
+    except ForensicsError:
+        return False
+    return True
 
 
 def _health_line(rep: Any) -> str:

@@ -976,6 +976,8 @@ def _run(
         journal=journal, work_dir=work, launch_id=launch_id, shell=shell, begin=begin
     )
     host.write(f"{work}/sup.sh", sup.encode())
+    # the log may hold earlier launches (`>>LOG`): this one's lines start at its current size
+    log_start = _size(host, recipe.log_path)
     server_pid = sup_pid = None
     try:
         # inside the try: a Ctrl-C right after the spawn (the server may already be up) must
@@ -1014,7 +1016,7 @@ def _run(
         srows = frame.filter(pl.col("event") == "server")
         if not srows.is_empty() or not frame.filter(pl.col("event") == "spawned").is_empty():
             end_at = time.monotonic() + health_deadline
-            offset = 0
+            offset = log_start
             streak = 0
             while True:
                 frame = _read_journal(host, journal, launch_id)
@@ -1092,7 +1094,7 @@ def _run(
     # 3. diagnosis
     frame = _read_journal(host, journal, launch_id)
     diag = diagnose_journal(frame)
-    log_text = _log_tail(host, recipe.log_path)
+    log_text = _log_tail(host, recipe.log_path, start=log_start)
     log_exists = recipe.log_path is not None and host.exists(recipe.log_path)
     if status != "ready" and diag["cause"] is None:
         sig = match_log(log_text) if log_text else None
@@ -1196,12 +1198,25 @@ def _phase_of(stages: list[str]) -> str:
     return {3: "capture", 4: "runtime"}.get(seen[-1] if seen else 0, "load")
 
 
-def _log_tail(host: Host, path: str | None, nbytes: int = 64 << 10) -> str:
+def _size(host: Host, path: str | None) -> int:
+    """The size of the file at ``path`` on the host; 0 when there is none."""
+    if not path:
+        return 0
+    try:
+        return host.stat(path).size
+    except ForensicsError:
+        return 0
+
+
+def _log_tail(host: Host, path: str | None, nbytes: int = 64 << 10, start: int = 0) -> str:
+    """The last ``nbytes`` of the log written since ``start`` (all of it if it was truncated)."""
     if not path:
         return ""
     try:
         size = host.stat(path).size
-        return host.read(path, max(0, size - nbytes)).decode("utf-8", "replace")
+        if size < start:  # truncated (`>LOG`) or replaced: all of it is this launch's
+            start = 0
+        return host.read(path, max(start, size - nbytes)).decode("utf-8", "replace")
     except ForensicsError:
         return ""
 
@@ -1209,9 +1224,16 @@ def _log_tail(host: Host, path: str | None, nbytes: int = 64 << 10) -> str:
 def _follow(
     host: Host, path: str, offset: int, stages: list[str], progress: Progress | None
 ) -> int:
-    """Read new log bytes from ``offset`` and report the startup stages that passed."""
+    """Read new log bytes from ``offset`` and report the startup stages that passed.
+
+    A log that became shorter than ``offset`` was truncated (the chain's own `>LOG`): it is
+    read again from its start.
+    """
     try:
         data = host.read(path, offset)
+        if not data and offset and _size(host, path) < offset:
+            offset = 0
+            data = host.read(path, 0)
     except ForensicsError:
         return offset
     if not data:

@@ -184,3 +184,33 @@ def test_accept_length_from_the_run_log_in_the_bench_window(sim):
     assert out["accept_len_log"] == pytest.approx(out["accept_len_client"], rel=0.15)
     stored = json.loads(runner.invoke(cli, ["runs", name, "--json"]).output)[0]
     assert stored["bench_tok_s"] == pytest.approx(out["output_tok_s"])
+
+
+def test_bench_by_launch_name_targets_the_launched_server(tmp_path, capsys):
+    """`forensics bench NAME` after `forensics launch --name NAME`: the launch's host and
+    port, not a host called NAME."""
+    from forensics import launcher
+    from forensics.cli import main
+    from forensics.recipe import Recipe
+    from forensics.store import Store
+
+    store = Store.open(tmp_path / "store", create=True)
+    port = _free_port()
+    recipe = Recipe(
+        name="by_name",
+        server=["python3", "-m", "sglang.launch_server", "--model-path", "m", *SPEC],
+        log_path=str(tmp_path / "by_name.log"),
+        health_url=None,
+    )
+    sim = {"speed": 100.0, "port": port, "python": sys.executable}
+    res = launcher.launch(store, recipe, sim=sim, deadline=30)
+    try:
+        assert res["status"] == "ready", res
+        args = ["--store", str(tmp_path / "store"), "bench", "by_name", "--num-prompts", "2"]
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--json", "--no-store", "--max-new-tokens", "16"])
+        out = json.loads(capsys.readouterr().out)
+        assert exc.value.code == 0 and out["completed"] == 2
+        assert out["url"] == f"http://127.0.0.1:{port}"
+    finally:
+        launcher.stop(store, "by_name", grace_s=3)

@@ -521,3 +521,29 @@ def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
             restarted.terminate()
             restarted.wait(timeout=10)
         srv.stop()
+
+
+def test_a_relaunch_reads_only_its_own_lines_of_an_appended_log(store, tmp_path):
+    """`forensics launch` appends to the log (`>>LOG`): the stages and the failure of an
+    earlier launch of the same name in that file are not this launch's."""
+    recipe = _sim_recipe(tmp_path, "twice")
+    sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
+    first = launcher.launch(store, recipe, sim=sim, deadline=20)
+    assert first["status"] == "ready" and "ready" in first["stages"]
+    launcher.stop(store, "twice", grace_s=3)
+    second = launcher.launch(store, recipe, sim={**sim, "fail": "load-oom"}, deadline=20)
+    assert second["status"] == "failed", second
+    assert "ready" not in second["stages"] and "load_begin" in second["stages"]
+    assert second["phase"] == "load"
+    assert "fired up and ready" not in second["log_tail"]  # the first launch's lines
+    log = tmp_path / "logs" / "twice.log"
+    assert log.read_text().count("fired up and ready") == 1  # both are in the file
+
+
+def test_a_replay_that_truncates_the_log_is_followed_from_its_start(store, tmp_path):
+    log = tmp_path / "sglang_eagle3_cg_5dt.log"
+    log.write_text("x" * 200_000 + "\n")  # an old, longer log: the chain's `>` truncates it
+    chain = f'nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
+    res = _replay(store, chain)
+    assert res["status"] == "ready", res
+    assert res["stages"][-1] == "ready" and "load_begin" in res["stages"]
