@@ -25,14 +25,29 @@ class _FilesByDefault(click.Group):
 
 
 def _expand_globs(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """A quoted glob (P21) is expanded here; one that matches nothing is exit 3."""
+    """A quoted glob (P21) is expanded here, local or remote (``NAME:/p/*.log``,
+    ``ssh://user@host/p/*.log``: expanded on that host); one that matches nothing is exit 3."""
     import glob
     import os
 
     from forensics.errors import InputNotFound
+    from forensics.hosts import is_remote, resolve_location
 
     out: list[str] = []
     for p in paths:
+        if is_remote(p):
+            if not glob.has_magic(p):
+                out.append(p)
+                continue
+            host, pattern = resolve_location(p)
+            prefix = p[: len(p) - len(pattern)]  # `NAME:` or `ssh://addr`
+            hits = [prefix + hit for hit in host.glob(pattern) if not host.is_dir(hit)]
+            if not hits:
+                raise InputNotFound(
+                    f"{p}: no files matched (only folders)", hint="check the pattern"
+                )
+            out += hits
+            continue
         if os.path.exists(p) or not glob.has_magic(p):
             out.append(p)
             continue
@@ -61,8 +76,13 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
     @click.pass_context
     def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) -> None:
-        """Classify LOG files (the default subcommand)."""
+        """Classify LOG files (the default subcommand).
+
+        A LOG may be remote: NAME:/path/x.log (a host of forensics.toml) or
+        ssh://user@host[:port]/path/x.log; quoted globs are expanded on that host.
+        """
         from forensics import classifier
+        from forensics.diagnose import classify_location
         from forensics.errors import InputNotFound
 
         paths = _expand_globs(paths)
@@ -72,7 +92,7 @@ def register(cli: click.Group) -> None:
         missing = []
         for p in paths:
             try:
-                out += [v.as_dict() for v in classifier.classify_file(p, model)]
+                out += [v.as_dict() for v in classify_location(p, model)]
             except InputNotFound as exc:
                 if len(paths) == 1:
                     raise
@@ -171,9 +191,12 @@ def register(cli: click.Group) -> None:
         "--log",
         "log_path",
         default=None,
-        help="Diagnose this log path (a missing file is evidence too).",
+        help="Diagnose this log: PATH, NAME:/PATH or ssh://user@host[:port]/PATH "
+        "(a file the host says is not there is evidence too).",
     )
-    @click.option("--host", default=None, help="Host of the log / launch (a config name).")
+    @click.option(
+        "--host", default=None, help="Host of a plain --log PATH / of the launch (a config name)."
+    )
     @click.option(
         "--shell",
         "shell_text",
@@ -209,7 +232,9 @@ def register(cli: click.Group) -> None:
         """Why did run MATCH fail: phase, signature, evidence, timeline, next steps.
 
         MATCH is a run name fragment (e.g. 2step); several matches give one report each,
-        newest first.
+        newest first. When nothing matches, the log MATCH names by the naming convention
+        (sglang_eagle3_cg_2step.log beside the ingested _3step, _4step logs) is looked for
+        on their host: one that was never written is the evidence.
         """
         from forensics import diagnose as dg
 

@@ -15,13 +15,16 @@ folder missing, wrong python/model path) and the next step is a journaled relaun
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from forensics import classifier
-from forensics.errors import RunNotFound
+from forensics.errors import ForensicsError, RunNotFound
 from forensics.runs import find_runs, runs_table, stage_timeline
 
 # Config columns compared between a failed run and the runs that worked.
@@ -254,13 +257,15 @@ def _find_launches(store, match: str) -> list[dict[str, Any]]:
     return hit.to_dicts()
 
 
-def _exists(path: str, host: str | None) -> bool | None:
+def _exists(path: str, host: Any) -> bool | None:
+    """Whether ``path`` exists on ``host`` (a config name or a ``Host``); None: not known."""
     if host in (None, "", "local"):
-        return Path(path).exists()
+        return Path(path).expanduser().exists()
     try:
         from forensics.hosts import get_host
 
-        return get_host(host).exists(path)
+        h = host if hasattr(host, "stat") else get_host(host)
+        return h.exists(path)
     except Exception:  # noqa: BLE001 - unreachable host: unknown, not "missing"
         return None
 
@@ -270,10 +275,19 @@ def missing_log_report(
     log_path: str,
     *,
     chain: str | None = None,
-    host: str | None = None,
+    host: Any = None,
     launch: dict[str, Any] | None = None,
+    asked: bool = False,
 ) -> dict[str, Any]:
-    """A log that was never written: phase pre-exec or cleanup, the possible causes ranked."""
+    """A log that was never written: phase pre-exec or cleanup, the possible causes ranked.
+
+    ``host``: a config name or a ``Host`` (None / ``local``: this machine). ``asked``: the
+    caller checked the file on that host and it answered "no such file" (said in the report).
+    """
+    host_obj = host if hasattr(host, "stat") else None
+    host_name = getattr(host, "name", host)
+    remote = host_name not in (None, "", "local")
+    shown = f"{host_name}:{log_path}" if remote else log_path
     found: dict[str, Any] = {}
     if chain:
         try:
@@ -289,7 +303,7 @@ def missing_log_report(
         weight = c["weight"] if f is not None else c["weight"] * 0.25
         if c["id"] == "log-dir-missing" and f is None:
             parent = str(Path(log_path).parent)
-            ex = _exists(parent, host)
+            ex = _exists(parent, host_obj if host_obj is not None else host_name)
             if ex is not None:
                 weight = 0.95 if ex is False else 0.02
                 ranked.append(
@@ -298,7 +312,7 @@ def missing_log_report(
                         "phase": c["phase"],
                         "score": weight,
                         "text": c["cause"],
-                        "evidence": f"{parent}: "
+                        "evidence": (f"{host_name}:{parent}: " if remote else f"{parent}: ")
                         + ("does not exist" if ex is False else "exists (checked)"),
                     }
                 )
@@ -319,9 +333,10 @@ def missing_log_report(
     ranked.sort(key=lambda r: -r["score"])
     top = ranked[0]
     journal_cause = (launch or {}).get("cause")
+    where = f" (asked {host_name}: it answered, the file is not there)" if remote else ""
     explanation = (
-        f"{log_path} was never written: the launch failed before the server process wrote its "
-        f"first line, so it is not a load or capture failure. Most likely: {top['text']}."
+        f"{shown} was never written{where}: the launch failed before the server process wrote "
+        f"its first line, so it is not a load or capture failure. Most likely: {top['text']}."
     )
     if journal_cause:
         explanation += f" The launch journal recorded: {journal_cause}."
@@ -329,7 +344,8 @@ def missing_log_report(
         "name": name,
         "run_id": None,
         "path": log_path,
-        "host": host,
+        "host": host_name,
+        "checked_on": (host_name if remote else "local") if asked else None,
         "phase": top["phase"],
         "hung": top["cause"] == "cleanup-hang",
         "signature": "log_never_written",
@@ -338,8 +354,9 @@ def missing_log_report(
             {
                 "file": log_path,
                 "line": None,
-                "text": "No such file or directory",
-                "where": f"{log_path}: no such file",
+                "text": "No such file or directory"
+                + (f" (asked {host_name} over SSH)" if remote and asked else ""),
+                "where": f"{shown}: no such file",
             }
         ],
         "causes": ranked,
@@ -348,8 +365,9 @@ def missing_log_report(
         "comparison": {"closest": None, "differences": [], "text": ""},
         "explanation": explanation,
         "next_steps": [
-            f"relaunch it with evidence collection: forensics diagnose {name} --relaunch "
-            "(each step of the chain is journaled, so the next failure explains itself)",
+            f"relaunch it with evidence collection: forensics diagnose {name} --relaunch"
+            + (f" --host {host_name}" if remote and not launch else "")
+            + " (each step of the chain is journaled, so the next failure explains itself)",
             "lint the chain: forensics lint (pkill -f patterns that match the launching shell, "
             "&& after pkill)",
         ],
@@ -359,22 +377,18 @@ def missing_log_report(
 def diagnose(
     store, match: str, *, log: str | None = None, host: str | None = None
 ) -> list[dict[str, Any]]:
-    """One report per matching run (newest first); missing logs are diagnosed as such."""
-    if log is not None:
-        if host in (None, "", "local"):
-            ex: bool | None = Path(log).exists()
-        else:  # asked for explicitly: an unknown host is exit 2, an unreachable one exit 5
-            from forensics.hosts import get_host
+    """One report per matching run (newest first); missing logs are diagnosed as such.
 
-            ex = get_host(host).exists(log)
-        if ex is False:
+    ``log``: a local path, ``NAME:/path`` or ``ssh://user@host[:port]/path``; ``host`` a config
+    name for a plain path (it and a prefix that name different hosts: UsageError).
+    """
+    if log is not None:
+        h, path = log_location(log, host)
+        if _absent(h, path):
             launch = next(iter(_find_launches(store, match)), None)
             chain = _chain_of(launch)
-            return [missing_log_report(match, log, chain=chain, host=host, launch=launch)]
-        if ex and host in (None, "", "local"):
-            return _diagnose_file(log, match)
-        if ex:
-            return _diagnose_remote_file(host, log, match)
+            return [missing_log_report(match, path, chain=chain, host=h, launch=launch, asked=True)]
+        return _diagnose_on(h, path, match)
     launches = _find_launches(store, match)
     table = runs_table(store)
     try:
@@ -388,11 +402,21 @@ def diagnose(
         names = []
         for la in _launches(store).to_dicts() if not _launches(store).is_empty() else []:
             names.append(la.get("name"))
+        message = exc.message
         if names:
+            message += f"; launches: {', '.join(sorted(set(n for n in names if n))[:12])}"
+        guesses = guess_logs(table, match)
+        if len(guesses) == 1:
+            return _guessed_report(guesses[0], match)
+        if guesses:
+            shown = ", ".join(g["where"] for g in guesses[:12])
             raise RunNotFound(
-                f"{exc.message}; launches: {', '.join(sorted(set(n for n in names if n))[:12])}",
-                hint=exc.hint,
+                f"{message}; by the log-naming convention {match!r} could be any of: {shown}",
+                hint=f"name one: forensics diagnose {match} --log "
+                + shlex.quote(guesses[0]["where"]),
             ) from None
+        if message != exc.message:
+            raise RunNotFound(message, hint=exc.hint) from None
         raise
     reports = [run_report(store, r, table) for r in hits.to_dicts()]
     # recorded launches of that name whose log never appeared
@@ -403,6 +427,271 @@ def diagnose(
             if rep is not None:
                 reports.append(rep)
     return reports
+
+
+def _same_host(name: str, text: str) -> bool:
+    """Whether the remote location ``text`` (``NAME:/p``, ``ssh://addr/p``) is host ``name``."""
+    from forensics.hosts import load_config, parse_address
+
+    addr = text[len("ssh://") :].split("/", 1)[0] if text.startswith("ssh://") else None
+    if addr is None:
+        addr = text.split(":", 1)[0]
+    if addr == name:
+        return True
+    hosts = load_config()["hosts"]
+
+    def key(a: str) -> tuple[str, str, int] | None:
+        if a in hosts:
+            c = hosts[a]
+            return (c.user, c.host, c.port)
+        if a in ("local", "localhost-local"):
+            return None
+        try:
+            return parse_address(a)
+        except Exception:  # noqa: BLE001 - not an address: only its name can match
+            return None
+
+    mine, theirs = key(addr), key(name)
+    return mine is not None and mine == theirs
+
+
+def log_location(log: str, host: str | None = None) -> tuple[Any, str]:
+    """``--log`` (and ``--host``) -> (Host, path), through forensics.hosts.
+
+    An unknown host name is a ConfigError (exit 2) naming the configured hosts, an
+    unreachable host the host's error (exit 5); ``--host`` and a prefix naming another host
+    is a UsageError (exit 2).
+    """
+    from forensics.errors import UsageError
+    from forensics.hosts import get_host, is_remote, resolve_location
+
+    if not is_remote(log):
+        if host in (None, ""):
+            return get_host(None), str(Path(log).expanduser())
+        return get_host(host), log
+    if host not in (None, "") and not _same_host(host, log):
+        raise UsageError(
+            f"--host {host} and --log {log} name different hosts",
+            hint="leave out --host (the prefix of --log names the host), or drop the prefix",
+        )
+    return resolve_location(log)
+
+
+def _absent(h: Any, path: str) -> bool:
+    """True when the host answered and the file is not there; a directory is exit 2."""
+    from forensics.errors import InputNotFound, UsageError
+
+    where = path if h.name == "local" else f"{h.name}:{path}"
+    try:
+        st = h.stat(path)
+    except InputNotFound as exc:
+        if "no such file" in exc.message:
+            return True
+        raise  # permission denied: it may well exist
+    if st.is_dir:
+        raise UsageError(
+            f"{where}: is a directory, not a log file", hint=f"--log {where.rstrip('/')}/NAME.log"
+        )
+    return False
+
+
+# The most of a remote log that classify/diagnose read (its tail: where launches fail).
+REMOTE_LOG_MAX = 32 << 20
+
+
+def classify_remote(host: Any, path: str, model: Any = None) -> list[Any]:
+    """Classify a log on a remote ``Host`` (its last 32 MiB over SFTP) as
+    ``classifier.classify_file`` does a local one (same parse, same file age for ``hung``).
+
+    The verdicts' path is ``HOST:PATH``. A file that is not there is InputNotFound naming the
+    host; an unreachable host is the host's own error (exit 5).
+    """
+    from forensics.errors import UsageError
+    from parsers.sglang import parse_bytes
+
+    st = host.stat(path)
+    where = f"{host.name}:{path}"
+    if st.is_dir:
+        raise UsageError(
+            f"{where}: is a directory, not a log file",
+            hint=f"forensics classify {shlex.quote(where + '/*.log')}",
+        )
+    start = max(0, st.size - REMOTE_LOG_MAX)
+    data = host.read(path, start, st.size - start)
+    if start:
+        data = data.split(b"\n", 1)[-1]  # drop the torn first line
+    elif data[:2] == b"\x1f\x8b":
+        import gzip
+
+        data = gzip.decompress(data)
+    frames = parse_bytes(data, where)
+    analyses = classifier.analyses_for(frames, where, mtime=st.mtime or None)
+    return [classifier.verdict(a, model) for a in analyses]
+
+
+def classify_location(text: str, model: Any = None) -> list[Any]:
+    """``forensics classify`` of one LOG: a local path, ``NAME:/path`` or
+    ``ssh://user@host[:port]/path`` (forensics.hosts: unknown NAME exit 2, unreachable 5)."""
+    from forensics.errors import InputNotFound
+    from forensics.hosts import is_remote, resolve_location
+
+    if not is_remote(text):
+        return classifier.classify_file(os.path.expanduser(text), model)
+    host, path = resolve_location(text)
+    try:
+        return classify_remote(host, path, model)
+    except InputNotFound as exc:
+        if "no such file" not in exc.message:
+            raise
+        raise InputNotFound(
+            f"{host.name}:{path}: no such file (asked {host.name})",
+            hint=f"forensics diagnose {Path(path).stem} --log {shlex.quote(text)} to diagnose "
+            "a log that was never written",
+        ) from None
+
+
+def _diagnose_on(h: Any, path: str, name: str) -> list[dict[str, Any]]:
+    """Classify an existing log on this machine or on a remote host."""
+    if h.name == "local":
+        return _diagnose_file(path, name)
+    model = classifier.load_model(None)
+    where = f"{h.name}:{path}"
+    return _file_reports(classify_remote(h, path, model), where, name, host=h.name)
+
+
+# --------------------------------------------------------------------------------------
+# A log named by the convention that was never written (`diagnose 2step`, nothing ingested)
+# --------------------------------------------------------------------------------------
+_SEP = re.compile(r"([_\-.]+)")
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+
+
+def _token_fields(token: str) -> dict[str, Any]:
+    """The field one name token sets (parsers/names.py rules): ``2step`` -> num_steps=2."""
+    from parsers.names import config_from_name
+
+    conf = config_from_name(token)
+    conf.pop("no_spec", None)
+    return conf
+
+
+def _split_name(file_name: str) -> tuple[str, str]:
+    low = file_name.lower()
+    for suffix in _LOG_SUFFIXES:
+        if low.endswith(suffix):
+            return file_name[: -len(suffix)], file_name[-len(suffix) :]
+    return file_name, ""
+
+
+def _conventional_name(stem: str, frag_tokens: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """``stem`` with each of its tokens that names a field of the fragment replaced by the
+    fragment's value (``..._3step`` + ``2step`` -> ``..._2step``; the stem's own spelling of the
+    token is kept: ``step3`` -> ``step2``). None when the stem has no token for a field."""
+    parts = _SEP.split(stem)
+    for ftok, fconf in frag_tokens:
+        placed = False
+        for i in range(0, len(parts), 2):
+            conf = _token_fields(parts[i])
+            if not conf or set(conf) != set(fconf):
+                continue
+            placed = True
+            key = next(iter(fconf))
+            old, new = conf[key], fconf[key]
+            if type(old) is int and type(new) is int:
+                parts[i] = re.sub(r"\d+", str(new), parts[i], count=1)
+            else:
+                parts[i] = ftok
+        if not placed:
+            return None
+    return "".join(parts)
+
+
+def guess_logs(table: pl.DataFrame, match: str) -> list[dict[str, Any]]:
+    """Log paths the naming convention (parsers/names.py) gives ``match`` in the folders of
+    the ingested runs that no ingested run has: ``2step`` beside ``sglang_eagle3_cg_3step.log``
+    is ``sglang_eagle3_cg_2step.log``. One dict per (host, path), in the table's order."""
+    if table.is_empty() or "path" not in table.columns:
+        return []
+    frag, _ = _split_name(Path(match.strip()).name)
+    tokens = [t for t in _SEP.split(frag)[::2] if t]
+    frag_tokens = [(t, c) for t in tokens if (c := _token_fields(t))]
+    if not frag_tokens:
+        return []
+    plain = [t.lower() for t in tokens if not _token_fields(t)]
+    want: dict[str, Any] = {}
+    for _, c in frag_tokens:
+        want.update(c)
+    hosts = table["host"].to_list() if "host" in table.columns else [None] * table.height
+    ingested = {(h or "local", p) for h, p in zip(hosts, table["path"].to_list(), strict=True)}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for h, path, name in zip(hosts, table["path"].to_list(), table["name"].to_list(), strict=True):
+        if not path:
+            continue
+        host = h or "local"
+        folder, file_name = os.path.split(path)
+        stem, suffix = _split_name(file_name)
+        new = _conventional_name(stem, frag_tokens)
+        if not new or new == stem:
+            continue
+        conf = {k: v for k, v in _token_fields(new).items() if k in want}
+        if conf != want or not all(t in new.lower() for t in plain):
+            continue
+        guess = os.path.join(folder, new + (suffix or ".log"))
+        if (host, guess) in ingested:
+            continue
+        g = out.setdefault(
+            (host, guess),
+            {
+                "name": new,
+                "host": host,
+                "path": guess,
+                "where": guess if host == "local" else f"{host}:{guess}",
+                "from": [],
+            },
+        )
+        if name not in g["from"]:
+            g["from"].append(name)
+    return list(out.values())
+
+
+def _guessed_report(g: dict[str, Any], match: str) -> list[dict[str, Any]]:
+    """The one conventional log ``match`` names: missing (the evidence) or there, not ingested."""
+    from forensics.hosts import get_host
+
+    remote = g["host"] != "local"
+    basis = (
+        f"guessed by the log-naming convention from {', '.join(g['from'][:4])} "
+        f"in {os.path.dirname(g['path'])}" + (f" on {g['host']}" if remote else "")
+    )
+    try:
+        h = get_host(g["host"] if remote else None)
+        absent = _absent(h, g["path"])
+    except ForensicsError as exc:  # unreachable (5), unknown (2), permission denied (3)
+        exc.message = f"{exc.message} (checking {g['where']}, {basis})"
+        exc.args = (exc.message,)
+        raise
+    if not absent:
+        reps = _diagnose_on(h, g["path"], g["name"])
+        for r in reps:
+            r["guessed_from"] = g["from"]
+            r["next_steps"] = [
+                f"{g['where']} is not ingested yet ({basis}): forensics ingest "
+                + shlex.quote(g["where"]),
+                *r["next_steps"],
+            ]
+        return reps
+    rep = missing_log_report(g["name"], g["path"], host=h, asked=True)
+    rep["guessed_from"] = g["from"]
+    rep["explanation"] = (
+        f"no run matches {match!r}; {basis}, its log would be {g['where']}. " + rep["explanation"]
+    )
+    host_opt = "" if h.name == "local" else f" --host {h.name}"
+    rep["next_steps"][0] = (
+        f"relaunch it with evidence collection: forensics diagnose {g['name']} --relaunch"
+        f"{host_opt} --shell '<the chain you ran>' (no launch or recipe of that name is "
+        "recorded; each step is journaled, so the next failure explains itself)"
+    )
+    return [rep]
 
 
 def _chain_of(launch: dict[str, Any] | None) -> str | None:
@@ -455,25 +744,6 @@ def _launch_report(store, la: dict[str, Any]) -> dict[str, Any] | None:
             la.get("name") or log_path, log_path, chain=_chain_of(la), host=host, launch=la
         )
     return None
-
-
-# The most of a remote log --log --host reads (its tail: where launches fail).
-REMOTE_LOG_MAX = 32 << 20
-
-
-def _diagnose_remote_file(host: str, path: str, name: str) -> list[dict[str, Any]]:
-    """``--log PATH --host NAME``: read the log over SFTP (its last 32 MiB) and classify it."""
-    from forensics.hosts import get_host
-
-    h = get_host(host)
-    size = h.stat(path).size
-    start = max(0, size - REMOTE_LOG_MAX)
-    text = h.read(path, start, size - start).decode("utf-8", errors="replace")
-    if start:
-        text = text.split("\n", 1)[-1]  # drop the torn first line
-    model = classifier.load_model(None)
-    verdicts = classifier.classify_text(text, model, path=f"{host}:{path}")
-    return _file_reports(verdicts, f"{host}:{path}", name, host=host)
 
 
 def _diagnose_file(path: str, name: str) -> list[dict[str, Any]]:
@@ -565,7 +835,11 @@ def render_text(rep: dict[str, Any]) -> str:
         f" (confidence {rep.get('confidence', 0):.2f})"
     )
     if rep.get("path"):
-        out.append(f"  log: {rep['path']}")
+        host = rep.get("host")
+        shown = rep["path"]
+        if host not in (None, "", "local") and not shown.startswith(f"{host}:"):
+            shown = f"{host}:{shown}"
+        out.append(f"  log: {shown}")
     out.append(f"  why: {rep['explanation']}")
     if rep.get("evidence"):
         out.append("  evidence:")

@@ -210,3 +210,111 @@ def test_S10_disk_full_during_capture_is_named_with_its_phase(tmp_path):
     assert (rep["phase"], rep["signature"]) == ("capture", "disk_full")
     assert any("[Errno 28] No space left on device" in e["text"] for e in rep["evidence"])
     assert any("TRITON_CACHE_DIR" in r for r in rep["next_steps"])
+
+
+# ---------------------------------------------------------------- the naming-convention guess
+
+
+def _ingest_logs(folder: Path, logs: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, src in logs.items():
+        (folder / name).write_bytes((CORPUS / src).read_bytes())
+    res = CliRunner().invoke(cli, ["ingest", str(folder / "*.log")])
+    assert res.exit_code == 0, res.output
+
+
+def test_convention_guess_missing_log_is_evidence(tmp_path):
+    """Issue 4: `diagnose 2step` when sglang_eagle3_cg_2step.log was never written, with no
+    launch or recipe recorded: the 3step/4step runs' folder names the log that is missing."""
+    logs = tmp_path / "eagle3"
+    _ingest_logs(
+        logs,
+        {
+            "sglang_eagle3_cg_3step.log": "gen/capture_oom-059-0.log",
+            "sglang_eagle3_cg_4step.log": "gen/ok_serve-059-0.log",
+        },
+    )
+    res = CliRunner().invoke(cli, ["diagnose", "2step", "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.output)
+    guess = str(logs / "sglang_eagle3_cg_2step.log")
+    assert (rep["name"], rep["path"], rep["signature"]) == (
+        "sglang_eagle3_cg_2step",
+        guess,
+        "log_never_written",
+    )
+    assert rep["phase"] in ("pre-exec", "cleanup") and rep["checked_on"] == "local"
+    assert sorted(rep["guessed_from"]) == ["sglang_eagle3_cg_3step", "sglang_eagle3_cg_4step"]
+    assert f"its log would be {guess}" in rep["explanation"]
+    assert rep["evidence"][0]["where"] == f"{guess}: no such file"
+    assert rep["causes"][-1]["cause"] == "log-dir-missing"  # the folder exists (checked)
+    assert "forensics diagnose sglang_eagle3_cg_2step --relaunch --shell" in rep["next_steps"][0]
+    text = CliRunner().invoke(cli, ["diagnose", "2step"]).output
+    assert text.startswith("sglang_eagle3_cg_2step: phase ") and f"log: {guess}" in text
+
+
+def test_convention_guess_ambiguous_lists_candidates_exit_3(store_with_runs, capsys):
+    """cg_3step, cg_4step and nocg_5step ingested: `2step` may be cg_2step or nocg_2step."""
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "2step"])
+    assert exc.value.code == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("Error: 2step: no run matches")
+    assert str(store_with_runs / "sglang_eagle3_cg_2step.log") in err
+    assert str(store_with_runs / "sglang_eagle3_nocg_2step.log") in err
+    # naming the graph mode too makes it one: the log that was never written
+    res = CliRunner().invoke(cli, ["diagnose", "nocg_2step", "--json"])
+    (rep,) = json.loads(res.output)
+    assert rep["path"] == str(store_with_runs / "sglang_eagle3_nocg_2step.log")
+    assert rep["signature"] == "log_never_written"
+
+
+def test_convention_guess_of_a_log_not_ingested_diagnoses_it(tmp_path):
+    """The conventional log exists but was never ingested: it is classified, not "missing"."""
+    logs = tmp_path / "eagle3"
+    _ingest_logs(logs, {"sglang_eagle3_cg_4step.log": "gen/ok_serve-059-0.log"})
+    (logs / "sglang_eagle3_cg_3step.log").write_bytes(
+        (CORPUS / "gen/capture_oom-059-0.log").read_bytes()
+    )
+    res = CliRunner().invoke(cli, ["diagnose", "3step", "--json"])
+    assert res.exit_code == 0, res.output
+    (rep,) = json.loads(res.output)
+    assert (rep["phase"], rep["signature"]) == ("capture", "capture_failed")
+    assert rep["next_steps"][0].startswith(f"{logs}/sglang_eagle3_cg_3step.log is not ingested")
+
+
+def test_guess_keeps_the_folder_spelling_and_ignores_other_fields():
+    """`2step` beside `run_step3_topk4.log` is `run_step2_topk4.log`; a fragment whose field
+    no ingested name carries (tp2) guesses nothing."""
+    import polars as pl
+
+    from forensics.diagnose import guess_logs
+
+    table = pl.DataFrame(
+        {
+            "name": ["run_step3_topk4", "sglang_baseline"],
+            "path": ["/d/run_step3_topk4.log", "/d/sglang_baseline.log"],
+            "host": ["gpu8", "local"],
+        }
+    )
+    (g,) = guess_logs(table, "2step")
+    assert (g["path"], g["host"], g["where"]) == (
+        "/d/run_step2_topk4.log",
+        "gpu8",
+        "gpu8:/d/run_step2_topk4.log",
+    )
+    assert guess_logs(table, "tp2") == []
+    assert guess_logs(table, "something") == []
+    assert [g["path"] for g in guess_logs(table, "step3_topk8")] == ["/d/run_step3_topk8.log"]
+
+
+def test_log_on_an_unknown_host_prefix_is_exit_2_not_a_missing_log(tmp_path, capsys):
+    """Issue 5: `--log gpu8:/data/x.log` was read as a local path that does not exist and
+    diagnosed, wrongly, as a log never written."""
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "x", "--log", "gpu8:/data/eagle3/x.log"])
+    assert exc.value.code == 2
+    out, err = capsys.readouterr()
+    assert "log_never_written" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: unknown host 'gpu8' (configured: ")
