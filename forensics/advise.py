@@ -108,8 +108,11 @@ def _single_stream_stats(store: Store) -> pl.DataFrame:
         pl.col("gen_throughput").cast(pl.Float64),
         pl.col("accept_len").cast(pl.Float64),
         (rr == 1).fill_null(False).alias("_single"),
+        (rr > 1).fill_null(False).alias("_multi"),
     )
-    has_single = dec.group_by(key).agg(pl.col("_single").any().alias("_has_single"))
+    has_single = dec.group_by(key).agg(
+        pl.col("_single").any().alias("_has_single"), pl.col("_multi").any().alias("_has_multi")
+    )
     dec = dec.join(has_single, on=key).filter(pl.col("_single") | ~pl.col("_has_single"))
     round_ms = 1000.0 * pl.col("accept_len") / pl.col("gen_throughput")
     return dec.group_by(key).agg(
@@ -118,7 +121,38 @@ def _single_stream_stats(store: Store) -> pl.DataFrame:
         pl.len().cast(pl.Int64).alias("ss_lines"),
         round_ms.quantile(0.1).alias("ss_round_lo"),
         round_ms.quantile(0.9).alias("ss_round_hi"),
-        (~pl.col("_has_single").first()).alias("ss_batched"),
+        # batched: measured with several requests in flight, never with one (a line without
+        # #running-req proves nothing either way)
+        (~pl.col("_has_single").first() & pl.col("_has_multi").first()).alias("ss_batched"),
+    )
+
+
+def _bench_batched(store: Store) -> pl.DataFrame:
+    """Per run: whether its latest benchmark (the one ``tok_s_bench`` comes from) ran more than
+    one request at a time (``--concurrency N`` or ``--rate``)."""
+    import polars as pl
+
+    schema = {"run_id": pl.String, "bench_batched": pl.Boolean}
+    df = store.table("bench")
+    if df.is_empty() or "run_id" not in df.columns or "completed" not in df.columns:
+        return pl.DataFrame(schema=schema)
+    df = df.filter(pl.col("run_id").is_not_null() & (pl.col("completed") > 0))
+    if df.is_empty():
+        return pl.DataFrame(schema=schema)
+    if "started_at" in df.columns:
+        df = df.sort("started_at")
+    multi = pl.lit(False)
+    if "concurrency" in df.columns:
+        multi = pl.col("concurrency").cast(pl.Int64, strict=False).fill_null(1) > 1
+    if "mode" in df.columns:
+        multi = (
+            pl.when(pl.col("mode").is_not_null()).then(pl.col("mode") != "single").otherwise(multi)
+        )
+    return (
+        df.with_columns(multi.alias("bench_batched"))
+        .group_by("run_id", maintain_order=True)
+        .last()
+        .select(pl.col("run_id").cast(pl.String), pl.col("bench_batched").cast(pl.Boolean))
     )
 
 
@@ -130,7 +164,10 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
     several draft models appear, else empty), ``tok_s_server`` (median gen throughput over
     single-stream decode lines), ``tok_s_bench``, ``tok_s`` (bench, else server),
     ``tok_s_source``, ``accept_len``, ``round_ms``, ``decode_n``, ``round_lo``/``round_hi``
-    (10th/90th percentile of the per-line round cost), ``batched`` (no single-stream lines).
+    (10th/90th percentile of the per-line round cost), ``batched`` (``tok_s`` was measured
+    with several requests in flight: a benchmark at ``--concurrency N``/``--rate``, or decode
+    lines that never show one request alone). A batched figure is not what one user sees, so
+    it is never the default baseline.
     """
     import polars as pl
 
@@ -144,8 +181,10 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
     if df.is_empty() or "run_id" not in df.columns:
         return pl.DataFrame()
     ss = _single_stream_stats(store)
-    df = df.with_columns(pl.col("run_index").cast(pl.Int32)).join(
-        ss, on=["source_id", "run_index"], how="left"
+    df = (
+        df.with_columns(pl.col("run_index").cast(pl.Int32))
+        .join(ss, on=["source_id", "run_index"], how="left")
+        .join(_bench_batched(store), on="run_id", how="left")
     )
     rows = df.to_dicts()
     drafters: list[str] = []
@@ -180,7 +219,11 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
         label = short_config(r)
         out.append(
             {
-                **{k: r.get(k) for k in df.columns if not k.startswith("ss_")},
+                **{
+                    k: r.get(k)
+                    for k in df.columns
+                    if not k.startswith("ss_") and k != "bench_batched"
+                },
                 "order": i,
                 "label": f"{label} {tag}".strip(),
                 "family": family_of(r) if spec else "baseline",
@@ -198,7 +241,9 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
                 "decode_n": int(r.get("ss_lines") or r.get("decode_lines") or 0),
                 "round_lo": _num(r.get("ss_round_lo")),
                 "round_hi": _num(r.get("ss_round_hi")),
-                "batched": bool(r.get("ss_batched")),
+                "batched": bool(
+                    r.get("bench_batched") if bench is not None else r.get("ss_batched")
+                ),
                 "drafters": drafters,
             }
         )
@@ -319,17 +364,32 @@ class Baseline:
     source: str  # "option", "meta", "run"
     name: str | None = None
     runs: int = 0
+    batched: bool = False  # measured with several requests in flight (only when asked for)
 
     @property
     def ms_per_token(self) -> float:
         return 1000.0 / self.tok_s
 
     def describe(self) -> str:
-        where = {"option": "--baseline", "meta": "the stored baseline", "run": "best plain run"}
+        where = {
+            "option": "--baseline",
+            "meta": "the stored baseline",
+            "run": "best single-stream plain run",
+        }
         txt = f"{self.tok_s:.1f} tok/s"
         if self.name:
             txt += f" ({self.name})"
-        return f"{txt} from {where.get(self.source, self.source)}"
+        txt += f" from {where.get(self.source, self.source)}"
+        if self.batched:
+            txt += " (measured with several requests in flight, not single-stream)"
+        return txt
+
+
+# How to set a baseline by hand (named in every "no baseline" sentence).
+SET_BASELINE_HINT = (
+    "forensics baseline --tok-s X (or forensics baseline RUN for a run benchmarked "
+    "single-stream), or --baseline TOK_S"
+)
 
 
 def _parse_tok_s(value: str) -> float | None:
@@ -346,8 +406,13 @@ def _parse_tok_s(value: str) -> float | None:
 def resolve_baseline(
     store: Store, baseline: str | float | None = None, points: pl.DataFrame | None = None
 ) -> Baseline | None:
-    """--baseline (a tok/s figure or a run), else the stored baseline, else the best plain run."""
-    import polars as pl
+    """The baseline every view compares with (advise, plot trend/accept, report).
+
+    --baseline (a tok/s figure or a run), else the stored baseline (``forensics baseline``),
+    else the best *single-stream* plain run: what one user sees. A plain run measured only
+    with several requests in flight (batched) is never chosen by default: with only such
+    runs there is no baseline (:func:`missing_baseline_note` says why and how to set one).
+    """
 
     if points is None:
         points = run_points(store)
@@ -372,13 +437,39 @@ def resolve_baseline(
         elif isinstance(value, str):
             tok = _parse_tok_s(value)
             return Baseline(tok, "meta") if tok else _baseline_from_run(store, value, "meta")
-    if points.is_empty():
+    single = _plain_runs(points, batched=False)
+    if single.is_empty():
         return None
-    plain = points.filter(~pl.col("spec") & pl.col("tok_s").is_not_null())
-    if plain.is_empty():
-        return None
-    best = plain.sort("tok_s", descending=True).row(0, named=True)
-    return Baseline(float(best["tok_s"]), "run", best["name"], runs=len(plain))
+    best = single.sort("tok_s", descending=True).row(0, named=True)
+    return Baseline(float(best["tok_s"]), "run", best["name"], runs=len(single))
+
+
+def _plain_runs(points: pl.DataFrame, *, batched: bool) -> pl.DataFrame:
+    """Plain (non-speculative) runs with a tok/s, single-stream or batched ones."""
+    import polars as pl
+
+    if points.is_empty() or "spec" not in points.columns:
+        return pl.DataFrame()
+    flag = pl.col("batched").fill_null(False) if "batched" in points.columns else pl.lit(False)
+    return points.filter(~pl.col("spec") & pl.col("tok_s").is_not_null() & (flag == batched))
+
+
+def missing_baseline_note(points: pl.DataFrame) -> str:
+    """Why there is no baseline, and how to set one (for advise, the plots and the report)."""
+    batched = _plain_runs(points, batched=True)
+    if batched.is_empty():
+        return (
+            "No baseline: no plain (non-speculative) run with a tok/s. Run the baseline (the "
+            "same model without speculative decoding) and benchmark it, or set one: "
+            f"{SET_BASELINE_HINT}."
+        )
+    names = ", ".join(batched.sort("order")["name"].head(3).to_list())
+    more = f" and {len(batched) - 3} more" if len(batched) > 3 else ""
+    return (
+        f"No single-stream baseline: the plain run(s) {names}{more} were measured with several "
+        "requests in flight, which is not what one user sees. Benchmark the plain server "
+        f"single-stream (forensics bench URL --run RUN), or set one: {SET_BASELINE_HINT}."
+    )
 
 
 def _baseline_from_run(store: Store, ref: str, source: str) -> Baseline:
@@ -402,7 +493,9 @@ def _baseline_from_run(store: Store, ref: str, source: str) -> Baseline:
             f"--baseline {row['name']}: this run has no tok/s (no decode lines, no benchmark)",
             hint="benchmark it (forensics bench) or pass --baseline TOK_S",
         )
-    return Baseline(float(row["tok_s"]), source, row["name"], runs=1)
+    return Baseline(
+        float(row["tok_s"]), source, row["name"], runs=1, batched=bool(row.get("batched"))
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -541,11 +634,9 @@ def advise(store: Store, match: str | None = None, baseline: str | float | None 
     spec = points.filter(pl.col("spec"))
     failed = points.filter(pl.col("failed"))
     next_steps: list[str] = []
-    if base is None:
-        next_steps.append(
-            "Run the baseline (the same model without speculative decoding) and benchmark it, "
-            "or pass --baseline TOK_S (e.g. --baseline 90)."
-        )
+    base_note = missing_baseline_note(all_points) if base is None else None
+    if base_note:
+        next_steps.append(base_note)
     if spec.is_empty():
         next_steps.append("Run a speculative configuration (e.g. EAGLE-3 with CUDA graphs on).")
     elif not fams:
@@ -571,13 +662,14 @@ def advise(store: Store, match: str | None = None, baseline: str | float | None 
     if not failed.is_empty():
         names = ", ".join(failed["name"].to_list()[:5])
         next_steps.append(f"Diagnose the failed run(s): forensics diagnose {names.split(', ')[0]}")
-    verdict = _verdict(fams, base)
+    verdict = _verdict(fams, base, base_note)
     return {
         "baseline": (
             {**asdict(base), "ms_per_token": base.ms_per_token, "text": base.describe()}
             if base
             else None
         ),
+        "baseline_note": base_note,
         "families": [asdict(f) for f in fams],
         "verdict": verdict,
         "next_steps": next_steps,
@@ -594,8 +686,11 @@ def _verdict_rules() -> list[tuple[str, Any, Any]]:
             "no_baseline",
             lambda c: c["base"] is None,
             lambda c: (
-                "No baseline yet: the break-even cannot be computed. Run the plain server "
-                "first (or pass --baseline TOK_S)."
+                "No baseline yet: the break-even cannot be computed. "
+                + (
+                    c["base_note"]
+                    or f"Run the plain server first, or set one: {SET_BASELINE_HINT}."
+                )
             ),
         ),
         (
@@ -645,8 +740,16 @@ def _verdict_rules() -> list[tuple[str, Any, Any]]:
     ]
 
 
-def _verdict(fams: list[FamilyEstimate], base: Baseline | None) -> dict:
-    ctx: dict[str, Any] = {"fams": fams, "base": base, "best": None, "cheap": None}
+def _verdict(
+    fams: list[FamilyEstimate], base: Baseline | None, base_note: str | None = None
+) -> dict:
+    ctx: dict[str, Any] = {
+        "fams": fams,
+        "base": base,
+        "base_note": base_note,
+        "best": None,
+        "cheap": None,
+    }
     if fams:
         ctx["best"] = max(fams, key=lambda f: f.tok_s_best)
         # "cheapest" relative to what the drafter gives there: the family closest to winning
@@ -669,7 +772,7 @@ def render_advice(data: dict) -> str:
     if base:
         lines.append(f"Baseline: {base['text']} = {base['ms_per_token']:.2f} ms per token.")
     else:
-        lines.append("Baseline: none.")
+        lines.append(f"Baseline: none. {data.get('baseline_note') or ''}".rstrip())
     for f in data["families"]:
         lines.append(f"- {f['text']} [confidence: {f['confidence']}]")
     lines.append("")

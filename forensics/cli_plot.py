@@ -8,7 +8,7 @@ from forensics.cli_common import echo_json, get_store
 
 BASELINE_HELP = (
     "The baseline: a tok/s figure (90) or a run name/id. "
-    "Default: the stored baseline (forensics baseline), else the best plain run."
+    "Default: the stored baseline (forensics baseline), else the best single-stream plain run."
 )
 
 

@@ -160,7 +160,8 @@ def plot_trend(
     ax = fig.add_subplot()
     xs = [r["order"] for r in rows]
     values = [v for r in rows for v in (r["tok_s_server"], r["tok_s_bench"]) if v is not None]
-    top = max([*values, base.tok_s if base else 0.0, 1.0]) * 1.32  # room for the legend
+    # room for the legend (and for the note on why there is no baseline)
+    top = max([*values, base.tok_s if base else 0.0, 1.0]) * (1.32 if base else 1.6)
     ax.set_ylim(0, top)
     ax.set_xlim(0.4, n + 0.6)
 
@@ -185,6 +186,21 @@ def plot_trend(
             label="benchmark: client output tok/s",
             gid="bench",
         )
+    batched = [
+        (r["order"], r["tok_s"]) for r in rows if r.get("batched") and r["tok_s"] is not None
+    ]
+    if batched:
+        # not a single-stream figure: ringed, and never the default baseline
+        ax.plot(
+            *zip(*batched),
+            marker="o",
+            markersize=13,
+            markerfacecolor="none",
+            markeredgecolor="#555555",
+            linestyle="none",
+            label="several requests in flight (not single-stream)",
+            gid="batched",
+        )
     if base is not None:
         ax.axhline(
             base.tok_s,
@@ -195,6 +211,8 @@ def plot_trend(
             + (f" ({safe_text(base.name, 30)})" if base.name else ""),
             gid="baseline",
         )
+    else:
+        _no_baseline_note(ax, run_points(store) if match else pts, width=60)
     if n <= 20:
         for r in rows:
             v = r["tok_s_bench"] if r["tok_s_bench"] is not None else r["tok_s_server"]
@@ -248,6 +266,27 @@ def plot_trend(
     return _finish(fig, out)
 
 
+def _no_baseline_note(ax, points, width: int = 90) -> None:
+    """Say on the plot why no baseline is drawn (e.g. only batched plain runs) and how to set
+    one, rather than draw a misleading one."""
+    import textwrap
+
+    from forensics.advise import missing_baseline_note
+
+    ax.text(
+        0.01,
+        0.98,
+        textwrap.fill(safe_text(missing_baseline_note(points), 400), width),
+        transform=ax.transAxes,
+        va="top",
+        ha="left",
+        fontsize=8,
+        color="#555555",
+        bbox={"facecolor": "white", "edgecolor": "#cccccc", "alpha": 0.9},
+        gid="no-baseline",
+    )
+
+
 def _trend_title(rows: list[dict], base) -> str:
     title = "Decode throughput per run, in launch order"
     ok = [r for r in rows if r["spec"] and r["tok_s"] is not None]
@@ -297,7 +336,9 @@ def plot_accept(
     x_hi, y_hi = a_max * 1.2, t_max * 1.25
     ax.set_xlim(1.0, x_hi)
     ax.set_ylim(0, y_hi)
-    if base is not None:
+    if base is None:
+        _no_baseline_note(ax, run_points(store) if match else pts)
+    else:
         ax.axhspan(0, base.tok_s, color=COLORS["loses"], zorder=0)
         ax.axhspan(base.tok_s, y_hi, color=COLORS["wins"], zorder=0)
         ax.axhline(

@@ -236,6 +236,11 @@ def build_report(
         f'<p class="sub">{len(rows)} runs ({len(failed)} failed), store {esc(store.root)}, '
         f"generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}. Baseline: "
         f"{esc(base['text']) if base else 'none'}.</p>"
+        + (
+            f'<p class="note" id="no-baseline">{esc(advice["baseline_note"])}</p>'
+            if not base and advice.get("baseline_note")
+            else ""
+        )
     )
 
     # Verdict

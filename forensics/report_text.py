@@ -136,7 +136,10 @@ def render_show(d: dict[str, Any]) -> None:
         for col in ("segment", "start (s)", "duration (s)", "ended"):
             tl.add_column(col)
         for s in d["timeline"]:
-            tl.add_row(s["segment"], _fmt(s["start_s"]), _fmt(s["duration_s"]), _fmt(s["ended"]))
+            ended = _fmt(s["ended"])
+            if s.get("end") == "next stage":
+                ended += " (next stage began)"  # SGLang prints no end line for it
+            tl.add_row(s["segment"], _fmt(s["start_s"]), _fmt(s["duration_s"]), ended)
         c.print(tl)
     if d["metrics"].get("decode_lines"):
         mt = Table(title=f"decode metrics ({d['metrics']['decode_lines']} lines)")

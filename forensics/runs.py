@@ -360,10 +360,26 @@ def _last_ts(store: Store, source_id: str, run_index: int):
     return r["ended_at"][-1] if not r.is_empty() else None
 
 
+# Stages that mark startup progress: a segment SGLang prints no end line for ends where the
+# next of these begins (capture_progress is a bar frame inside a segment, not a new stage).
+STARTUP_STAGES = frozenset(stage for stage, _, _ in STAGE_RANK) - {"capture_progress"}
+
+
 def timeline_from_events(ev: pl.DataFrame, *, last_ts=None) -> list[dict]:
+    """Startup segments, in the order they began; ``ready`` last when the run got there.
+
+    A segment ends at its own end line (the last rank's). Where SGLang prints none for it, it
+    ends where the next startup stage begins: ≥0.5.14 allocates the target and draft KV pools
+    back to back and prints one ``Memory pool end`` for both, so the draft pool ends there
+    (``end``: ``"line"``, ``"next stage"``). Only a segment nothing follows is unfinished
+    (``ended`` false, ``end`` null): the run died or hung in it. A run that reached ready
+    therefore has no unfinished segment before ready.
+    """
     if ev.is_empty() or ev["ts"].null_count() == len(ev):
         return []
+    ev = ev.filter(pl.col("ts").is_not_null()).sort("line")
     t0 = ev["ts"].min()
+    progress = ev.filter(pl.col("stage").is_in(list(STARTUP_STAGES)))
     out = []
     for name, b, e, scope in SEGMENTS:
         sub = ev if scope is None else ev.filter(pl.col("scope") == scope)
@@ -371,23 +387,33 @@ def timeline_from_events(ev: pl.DataFrame, *, last_ts=None) -> list[dict]:
         if begins.is_empty():
             continue
         tb = begins["ts"].min()
-        ends = sub.filter((pl.col("stage") == e) & (pl.col("ts") >= tb))
-        if ends.is_empty():
-            te = last_ts if last_ts is not None else sub["ts"].max()
-            ended = False
+        ends = sub.filter((pl.col("stage") == e) & (pl.col("line") > begins["line"].min()))
+        # the next stage: any startup event after the last begin but this segment's own begins
+        own = pl.col("stage") == b
+        if scope is not None:
+            own = own & (pl.col("scope") == scope)
+        after = progress.filter((pl.col("line") > begins["line"].max()) & ~own)
+        end: str | None
+        if not ends.is_empty():
+            te, ended, end = ends["ts"].max(), True, "line"
+        elif not after.is_empty():
+            te, ended, end = after["ts"][0], True, "next stage"
         else:
-            te = ends["ts"].max()
-            ended = True
+            te = last_ts if last_ts is not None else sub["ts"].max()
+            ended, end = False, None
         out.append(
             {
                 "segment": name,
-                "start_s": (tb - t0).total_seconds() if tb is not None else None,
-                "duration_s": (te - tb).total_seconds()
-                if (te is not None and tb is not None)
-                else None,
+                "_line": begins["line"].min(),
+                "start_s": (tb - t0).total_seconds(),
+                "duration_s": max(0.0, (te - tb).total_seconds()) if te is not None else None,
                 "ended": ended,
+                "end": end,
             }
         )
+    out.sort(key=lambda seg: (seg["start_s"], seg["_line"]))
+    for seg in out:
+        del seg["_line"]
     ready = ev.filter(pl.col("stage") == "ready")
     if not ready.is_empty():
         out.append(
@@ -396,6 +422,7 @@ def timeline_from_events(ev: pl.DataFrame, *, last_ts=None) -> list[dict]:
                 "start_s": (ready["ts"].min() - t0).total_seconds(),
                 "duration_s": 0.0,
                 "ended": True,
+                "end": "line",
             }
         )
     return out

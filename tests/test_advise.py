@@ -130,3 +130,78 @@ def test_cli_advise_text_and_json(tmp_path):
     assert data["verdict"]["rule"] == "speculation_wins"  # 82.3 > 80
     assert len(data["families"]) == len({"nocg16", "cg16", "cg5"})
     assert len(STORY) == data["runs"]
+
+
+# --------------------------------------------------------------------------------------
+# The default baseline is single-stream (issues 6/7)
+# --------------------------------------------------------------------------------------
+def test_batched_plain_run_is_never_the_default_baseline(tmp_path):
+    """A plain run at 8 requests in flight (600 tok/s) loses to the 90 tok/s single stream."""
+    runs = [
+        ("sglang_baseline", {"spec": False, "tok": 90.0}),
+        ("plain_bs8", {"spec": False, "tok": 600.0, "bs": 8}),
+        ("cg_a", {"accept": 2.4, "tok": 82.3}),
+    ]
+    store = story_store(tmp_path, runs=runs)
+    base = resolve_baseline(store)
+    assert (base.name, base.tok_s, base.batched) == ("sglang_baseline", 90.0, False)
+    f = advise(store)["families"][0]
+    assert f["accept_needed"] == pytest.approx(2.4 * 90 / 82.3, rel=1e-3)
+
+
+def test_only_batched_plain_runs_no_baseline_and_how_to_set_one(tmp_path):
+    runs = [("plain_bs8", {"spec": False, "tok": 600.0, "bs": 8}), ("cg_a", {"tok": 70.0})]
+    store = story_store(tmp_path, runs=runs)
+    assert resolve_baseline(store) is None
+    data = advise(store)
+    assert data["baseline"] is None and data["verdict"]["rule"] == "no_baseline"
+    note = data["baseline_note"]
+    assert note.startswith("No single-stream baseline: the plain run(s) plain_bs8 were")
+    assert "forensics baseline --tok-s X" in note and "--baseline TOK_S" in note
+    assert note in data["verdict"]["text"] and data["next_steps"][0] == note
+    text = render_advice(data)
+    assert text.splitlines()[0] == f"Baseline: none. {note}"
+    # asked for explicitly, a batched run is used, and said to be batched
+    base = resolve_baseline(store, "plain_bs8")
+    assert base.batched and "several requests in flight" in base.describe()
+
+
+def _bench_row(store, run_id: str, tok: float, mode: str, concurrency: int) -> None:
+    import datetime as dt
+
+    import polars as pl
+
+    row = {
+        "bench_id": f"b-{run_id}-{mode}",
+        "run_id": run_id,
+        "mode": mode,
+        "concurrency": concurrency,
+        "completed": 10,
+        "output_tok_s": tok,
+        "accept_len_client": None,
+        "accept_len_server": None,
+        "started_at": dt.datetime(2026, 3, 1, 12, 0),
+    }
+    schema = {"accept_len_client": pl.Float64, "accept_len_server": pl.Float64}
+    with store.transaction() as tx:
+        tx.append("bench", pl.DataFrame([row], schema_overrides=schema))
+
+
+def test_benchmark_at_concurrency_is_batched_single_is_not(tmp_path):
+    """tok/s from a benchmark: batched when it ran --concurrency N (not from decode lines)."""
+    runs = [
+        ("sglang_baseline", {"spec": False, "tok": 90.0}),
+        ("plain_fast", {"spec": False, "tok": 95.0}),
+        ("cg_a", {"accept": 2.4, "tok": 82.3}),
+    ]
+    store = story_store(tmp_path, runs=runs)
+    assert resolve_baseline(store).name == "plain_fast"
+    from forensics.advise import run_points
+
+    rid = {r["name"]: r["run_id"] for r in run_points(store).iter_rows(named=True)}
+    _bench_row(store, rid["plain_fast"], 700.0, "concurrency", 8)
+    base = resolve_baseline(store)
+    assert (base.name, base.tok_s) == ("sglang_baseline", 90.0)
+    _bench_row(store, rid["sglang_baseline"], 88.0, "single", 1)
+    base = resolve_baseline(store)
+    assert (base.name, base.tok_s) == ("sglang_baseline", 88.0)  # the benchmark's figure
