@@ -40,7 +40,7 @@ def register(cli: click.Group) -> None:
     @cli.command("lint")
     @click.argument("name", required=False)
     @click.option("--shell", "shell_text", help="The exact chain you typed, in single quotes.")
-    @click.option("--host", default=None, help="Check the log dir and port on this host too.")
+    @click.option("--host", default=None, help="Check the log dir, disk and port on this host too.")
     @click.option("--rules", is_flag=True, help="List the lint rules instead.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @click.pass_context
@@ -52,7 +52,7 @@ def register(cli: click.Group) -> None:
         forensics lint sglang_eagle3_cg_2step --host gpu8
         """
         from forensics.hosts import get_host
-        from forensics.lint import lint, rules_frame
+        from forensics.lint import host_rule_ids, lint, rules_frame
         from forensics.recipe import Recipe
 
         if rules:
@@ -70,19 +70,29 @@ def register(cli: click.Group) -> None:
             raise click.UsageError("give a recipe NAME or --shell '...'")
         h = get_host(host or recipe.host) if (host or recipe.host) else None
         findings = lint(recipe, host=h)
+        skipped = [] if h is not None else host_rule_ids()
         if as_json:
             echo_json(
-                {"name": recipe.name, "findings": [f.to_dict() for f in findings]},
+                {
+                    "name": recipe.name,
+                    "host": h.name if h is not None else None,
+                    "findings": [f.to_dict() for f in findings],
+                    "skipped": skipped,
+                },
             )
             return
         if not findings:
             click.echo(f"{recipe.name}: no findings")
-            return
         for f in findings:
             where = f"step {f.step}" if f.step is not None else "chain"
             click.echo(f"{where} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
             click.echo(f"    {f.explanation}")
             click.echo(f"    instead: {f.alternative}")
+        if skipped:
+            click.echo(
+                f"note: not checked without a host: {', '.join(skipped)} "
+                "(add --host NAME, or --host local for this machine)"
+            )
 
     @cli.command(
         "launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
@@ -190,8 +200,12 @@ def register(cli: click.Group) -> None:
         elif extra:
             argv = ["python3", "-m", "sglang.launch_server", *extra]
             launch_name = name_opt or name
-            if not launch_name:
-                raise click.UsageError("give --name for a server started from flags")
+            if not launch_name:  # the seed's convention, from the flags
+                from parsers.names import name_from_flags
+
+                launch_name = name_from_flags(extra)
+                if not as_json:
+                    click.echo(f"name: {launch_name} (from the flags; --name to choose)", err=True)
             recipe = Recipe(
                 name=launch_name,
                 server=argv,

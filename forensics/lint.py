@@ -644,6 +644,11 @@ RULES: tuple[Rule, ...] = (
 RULES_BY_ID = {r.id: r for r in RULES}
 
 
+def host_rule_ids() -> list[str]:
+    """The rules that run only when a host is given."""
+    return [r.id for r in RULES if r.needs_host]
+
+
 def lint(recipe: Recipe | str, *, host: Host | None = None) -> list[Finding]:
     """Check a recipe (or a chain's text); host checks run only when ``host`` is given."""
     if isinstance(recipe, str):

@@ -88,3 +88,52 @@ def config_from_name(path: str, pattern: str | None = None) -> dict[str, Any]:
         out["spec_algorithm"] = None
         out["no_spec"] = True
     return out
+
+
+# The inverse, for `forensics launch -- FLAGS` without --name: (flag(s), token template).
+ALGO_TOKENS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp"}
+FLAG_TOKENS: list[tuple[tuple[str, ...], str]] = [
+    (("--speculative-num-steps",), "{}step"),
+    (("--speculative-eagle-topk",), "topk{}"),
+    (("--speculative-num-draft-tokens",), "{}dt"),
+    (("--tensor-parallel-size", "--tp-size", "--tp"), "tp{}"),
+]
+
+
+def _flag_value(argv: list[str], names: tuple[str, ...]) -> str | None:
+    value = None
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value  # the last one wins, as with argparse
+
+
+def name_from_flags(argv: list[str]) -> str:
+    """A log/run name in the convention above from SGLang server flags, e.g.
+    ``sglang_eagle3_cg_3step_topk4_5dt`` (``config_from_name`` reads it back).
+
+    Without a speculative algorithm: ``sglang_baseline`` (plus ``tpN`` when N > 1). An
+    algorithm outside the table is lower-cased into the name (letters and digits only).
+    """
+    algo = _flag_value(argv, ("--speculative-algorithm", "--speculative-algo"))
+    tokens = ["sglang"]
+    if not algo or algo.upper() == "NONE":
+        tokens.append("baseline")
+    else:
+        tokens.append(
+            ALGO_TOKENS.get(algo.upper()) or re.sub(r"[^a-z0-9]", "", algo.lower()) or "spec"
+        )
+        tokens.append("nocg" if "--disable-cuda-graph" in argv else "cg")
+    for flags, template in FLAG_TOKENS:
+        value = _flag_value(argv, flags)
+        if value is None or not value.isdigit():
+            continue
+        if template == "tp{}" and int(value) <= 1:
+            continue
+        if tokens[1] == "baseline" and template != "tp{}":
+            continue
+        tokens.append(template.format(int(value)))
+    return "_".join(tokens)

@@ -61,8 +61,18 @@ def _seed(tmp_path) -> str:
     return SEED.replace("/data/eagle3", str(logs))
 
 
-def _replay(store, chain, *, port=None, **kw):
-    recipe = Recipe.from_shell(chain)
+@pytest.fixture(params=["local", "ssh"])
+def where(request):
+    """The host a replay runs on: this machine, or the test sshd on 127.0.0.1 (issue 5: the
+    failure cases are replayed through SSH too)."""
+    if request.param == "ssh":
+        request.getfixturevalue("ssh_config")
+        return "sshtest"
+    return None
+
+
+def _replay(store, chain, *, port=None, host=None, **kw):
+    recipe = Recipe.from_shell(chain, host=host)
     sim = {"speed": SPEED, "port": port or _free_port(), "python": sys.executable}
     sim.update(kw.pop("sim", {}))
     return launcher.relaunch(
@@ -97,23 +107,23 @@ def test_self_kill_by_sigkill_at_step_3_when_step_1_is_harmless(store, tmp_path)
     assert "exit 137, SIGKILL" in res["explanation"]
 
 
-def test_cleanup_hang_is_recorded_with_what_it_waited_on(store, tmp_path):
+def test_cleanup_hang_is_recorded_with_what_it_waited_on(store, tmp_path, where):
     log = tmp_path / "hang.log"
     chain = f'sleep 1000 && nohup bash -c "python3 -m sglang.launch_server" > {log} 2>&1 &'
-    res = _replay(store, chain, step_deadline=1)
-    assert res["cause"] == "cleanup-hang"
+    res = _replay(store, chain, step_deadline=1, host=where)
+    assert res["cause"] == "cleanup-hang" and res["host"] == (where or "local")
     assert res["phase"] == "cleanup" and res["step"] == 1
     assert "1 s deadline" in res["explanation"] and "exit 124" in res["explanation"]
     assert "sleep 1000" in res["explanation"]  # from ps, what the step waited on
     assert not log.exists()
 
 
-def test_missing_log_directory_is_pre_exec(store, tmp_path):
+def test_missing_log_directory_is_pre_exec(store, tmp_path, where):
     chain = (
         f'sleep 0.1; nohup bash -c "python3 -m sglang.launch_server" > {tmp_path}/nodir/x.log'
         " 2>&1 &"
     )
-    res = _replay(store, chain)
+    res = _replay(store, chain, host=where)
     assert (res["cause"], res["phase"], res["step"]) == ("log-dir-missing", "pre-exec", 2)
     assert "could not open the log" in res["explanation"]
     assert "log-dir-missing" in [f["id"] for f in res["findings"]]
@@ -131,25 +141,25 @@ def test_and_after_pkill_skips_the_server(store, tmp_path):
     assert "skipped step(s) 2" in res["explanation"] and "no log was written" in res["explanation"]
 
 
-def test_simulator_failing_in_capture_reports_the_log_failure(store, tmp_path):
+def test_simulator_failing_in_capture_reports_the_log_failure(store, tmp_path, where):
     log = tmp_path / "sglang_eagle3_cg_2step.log"
     chain = f'nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
-    res = _replay(store, chain, sim={"fail": "capture-oom"})
-    assert res["status"] == "failed"
+    res = _replay(store, chain, sim={"fail": "capture-oom"}, host=where)
+    assert res["status"] == "failed" and res["host"] == (where or "local")
     assert res["cause"] == "capture_failed"
     assert res["phase"] == "capture"
     assert "capture_begin" in res["stages"] and "ready" not in res["stages"]
     assert log.exists()
 
 
-def test_port_already_in_use(store, tmp_path):
+def test_port_already_in_use(store, tmp_path, where):
     log = tmp_path / "p.log"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         chain = f'nohup bash -c "python3 -m sglang.launch_server --model-path m" > {log} 2>&1 &'
-        res = _replay(store, chain, port=port)
+        res = _replay(store, chain, port=port, host=where)
     assert res["cause"] == "port-in-use"
     assert res["status"] != "ready"
 
@@ -223,13 +233,17 @@ def test_cli_launch_sim_and_stop(tmp_path):
     port = _free_port()
     res = runner.invoke(
         cli,
-        ["launch", "--sim", "--name", "sglang_eagle3_cg_5dt", "--port", str(port),
+        ["launch", "--sim", "--port", str(port),
          "--sim-speed", str(SPEED), "--deadline", "20", "--json", "--",
-         "--model-path", "sim://kimi-k2.5", "--speculative-algorithm", "EAGLE3"],
+         "--model-path", "sim://kimi-k2.5", "--speculative-algorithm", "EAGLE3",
+         "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "5"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["status"] == "ready" and data["log_path"].endswith("sglang_eagle3_cg_5dt.log")
+    # no --name: the seed's naming convention, from the flags
+    assert data["name"] == "sglang_eagle3_cg_4step_topk1_5dt"
+    assert data["status"] == "ready" and data["log_path"].endswith(data["name"] + ".log")
     res = runner.invoke(cli, ["stop", "5dt", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["outcome"] in ("terminated", "killed")

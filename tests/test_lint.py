@@ -150,3 +150,19 @@ def test_S10_disk_full_checked_on_the_host_with_the_recipes_threshold(tmp_path):
     assert "min_free_mb" in f.alternative and "MOUNT" not in f.alternative
     assert "disk-full" not in [f.id for f in lint(over.replace(min_free_mb=0), host=LocalHost())]
     assert "disk-full" not in [f.id for f in lint(over)]  # no host: not checked
+
+
+def test_cli_lint_says_which_checks_need_a_host(tmp_path):
+    """Without --host the host checks were skipped without a word."""
+    chain = f"nohup python3 -m sglang.launch_server > {tmp_path}/nope/x.log 2>&1 &"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["lint", "--shell", chain, "--json"])
+    data = json.loads(res.output)
+    assert data["host"] is None
+    assert data["skipped"] == ["log-dir-missing", "disk-full", "port-in-use"]
+    res = runner.invoke(cli, ["lint", "--shell", chain])
+    assert "note: not checked without a host: log-dir-missing" in res.output
+    res = runner.invoke(cli, ["lint", "--shell", chain, "--host", "local", "--json"])
+    data = json.loads(res.output)
+    assert data["host"] == "local" and data["skipped"] == []
+    assert "log-dir-missing" in {f["id"] for f in data["findings"]}

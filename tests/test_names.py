@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from parsers.names import config_from_name
+from parsers.names import config_from_name, name_from_flags
 
 
 @pytest.mark.parametrize(
@@ -33,3 +35,29 @@ def test_user_pattern_replaces_the_table():
     assert config_from_name("other.log", pat) == {}
     # groups that are not configuration fields are ignored
     assert config_from_name("a7.log", r"a(?P<nope>\d)") == {}
+
+
+@given(
+    algo=st.sampled_from(["EAGLE3", "EAGLE", "NEXTN", None]),
+    steps=st.integers(1, 9),
+    topk=st.integers(1, 8),
+    dt=st.integers(2, 64),
+    tp=st.integers(1, 8),
+    cg=st.booleans(),
+)
+def test_name_from_flags_reads_back_as_the_same_config(algo, steps, topk, dt, tp, cg):
+    argv = ["--model-path", "m", "--tp", str(tp)]
+    if algo:
+        argv += ["--speculative-algorithm", algo, "--speculative-num-steps", str(steps),
+                 "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(dt)]  # fmt: skip
+    if not cg:
+        argv.append("--disable-cuda-graph")
+    name = name_from_flags(argv)
+    cfg = config_from_name(name + ".log")
+    assert cfg.get("tp_size") == (tp if tp > 1 else None)
+    if algo is None:
+        assert name.startswith("sglang_baseline") and cfg["no_spec"] is True
+    else:
+        assert cfg["spec_algorithm"] == {"NEXTN": "EAGLE"}.get(algo, algo)
+        assert (cfg["num_steps"], cfg["topk"], cfg["num_draft_tokens"]) == (steps, topk, dt)
+        assert cfg["cuda_graph"] is cg
