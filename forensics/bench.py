@@ -1003,6 +1003,7 @@ class BenchReport:
     run_name: str | None = None
     health: dict[str, Any] = field(default_factory=dict)  # health_summary()
     health_samples: list[HealthSample] = field(default_factory=list)
+    via: str | None = None  # "ssh HOST": the requests went through an SSH tunnel
 
     @property
     def failure_rate(self) -> float:
@@ -1016,6 +1017,7 @@ class BenchReport:
             "run_id": self.run_id,
             "run_name": self.run_name,
             "url": self.config.url,
+            "via": self.via,
             "api": self.config.api,
             "mode": self.config.mode,
             "concurrency": self.config.concurrency,
@@ -1472,30 +1474,45 @@ def resolve_target(target: str, port: int | None = None) -> str:
     return f"http://{host}:{final_port}"
 
 
-def launch_url(store: Store, name: str) -> str | None:
-    """The server URL of the launch NAME (``forensics launch --name NAME``), seen from here.
+@dataclass
+class Target:
+    """Where a benchmark goes. ``url``: what the user means (shown and stored). ``ssh_host``:
+    a configured host whose loopback serves it, reached through an SSH tunnel
+    (``SSHHost.forward``) to ``remote_port``; None to connect to ``url`` directly."""
 
-    A local launch answers on 127.0.0.1; a remote one on its configured host's address. None
-    when no launch has that exact name.
+    url: str
+    ssh_host: str | None = None
+    remote_port: int | None = None
+
+
+def resolve_bench_target(
+    target: str, port: int | None = None, store: Store | None = None, *, direct: bool = False
+) -> Target:
+    """TARGET of ``forensics bench`` -> a ``Target``.
+
+    A URL is used as given. A configured host name (``gpu8``, ``gpu8:30001``) is reached
+    through SSH at the host's 127.0.0.1 (SGLang listens there by default) unless ``direct``.
+    The name of a launch (``forensics launch --name NAME``) means its host and port. Anything
+    else is ``HOST[:PORT]``.
     """
-    from urllib.parse import urlsplit
+    from forensics.hosts import load_config
 
-    from forensics.launcher import find_launch_exact
+    hosts = load_config()["hosts"]
+    name = target.rpartition(":")[0] if target.count(":") == 1 else target
+    if "://" not in target and name in hosts:
+        url = resolve_target(target, port)
+        return Target(url, None if direct else name, urlsplit(url).port)
+    if "://" not in target and port is None and not set(target) & {":", "/"} and store:
+        from forensics.launcher import find_launch_exact
 
-    row = find_launch_exact(store, name)
-    if row is None:
-        return None
-    parts = urlsplit(row.get("health_url") or "")
-    port = row.get("port") or parts.port or 30000
-    host = "127.0.0.1"
-    if row.get("host") not in (None, "", "local"):
-        from forensics.hosts import load_config
-
-        cfg = load_config()["hosts"].get(row["host"])
-        host = cfg.host if cfg is not None else row["host"]
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{parts.scheme or 'http'}://{host}:{int(port)}"
+        row = find_launch_exact(store, target)
+        if row is not None:
+            lport = int(row.get("port") or urlsplit(row.get("health_url") or "").port or 30000)
+            if row.get("host") in (None, "", "local"):
+                return Target(f"http://127.0.0.1:{lport}")
+            url = resolve_target(f"{row['host']}:{lport}")
+            return Target(url, None if direct else row["host"], lport)
+    return Target(resolve_target(target, port))
 
 
 def run_port(store: Store, run_id: str) -> int | None:
@@ -1565,6 +1582,7 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "bench_id": rep.bench_id,
         "run_id": rep.run_id,
         "url": rep.config.url,
+        "via": rep.via,
         "api": rep.config.api,
         "mode": rep.config.mode,
         "concurrency": rep.config.concurrency,
@@ -1608,6 +1626,7 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "bench_id": pl.Utf8,
         "run_id": pl.Utf8,
         "url": pl.Utf8,
+        "via": pl.Utf8,
         "api": pl.Utf8,
         "mode": pl.Utf8,
         "concurrency": pl.Int64,
@@ -1808,6 +1827,20 @@ def set_baseline(store: Store, *, run: str | None = None, tok_s: float | None = 
             raise RunNotFound(
                 f"{name}: this run has no benchmark result to use as the baseline",
                 hint=f"forensics bench URL --run {name}, or forensics baseline --tok-s X",
+            )
+        runs = store.table("bench").filter((pl.col("run_id") == run_id) & (pl.col("completed") > 0))
+        last = runs.sort("started_at").row(-1, named=True)
+        if last.get("mode") != "single" or (last.get("concurrency") or 1) > 1:
+            how = (
+                f"{last.get('rate')} req/s"
+                if last.get("mode") == "rate"
+                else f"{last.get('concurrency')} requests in flight"
+            )
+            raise UsageError(
+                f"{name}: its latest benchmark ran with {how}; a baseline is the single-stream "
+                "speed a person sees",
+                hint=f"forensics bench URL --run {name} (single stream), then forensics "
+                f"baseline {name}; or forensics baseline --tok-s X",
             )
         value = {"tok_s": float(hit["bench_tok_s"][0]), "run_id": run_id, "name": name}
     value["set_at"] = dt.datetime.now().isoformat(timespec="seconds")

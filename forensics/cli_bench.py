@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -77,14 +78,20 @@ def _progress_line(p: Any) -> str:
     help="Sample /health this often while measuring (each probe: 5 s deadline); 0: off.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--direct",
+    is_flag=True,
+    help="Connect to a configured host's address itself, not through SSH to its 127.0.0.1.",
+)
 @click.option("--no-store", is_flag=True, help="Do not store the result.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int | None, **kw: Any):
     """Benchmark an SGLang server: single stream (default), --concurrency N, or --rate R.
 
-    TARGET is a URL (http://127.0.0.1:30000), HOST[:PORT], a host name from the config, or
-    the name of a launch (`forensics launch --name NAME`: its host and port).
+    TARGET is a URL (http://127.0.0.1:30000), HOST[:PORT], a host name from the config
+    (reached through SSH at its 127.0.0.1, where SGLang listens by default; --direct to
+    connect to its address instead), or the name of a launch (its host and port).
     Tokens are the server's counts (meta_info / usage), never stream chunks; accept length
     comes from each request's final chunk and from /server_info after a /flush_cache.
 
@@ -95,6 +102,7 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
 
     as_json = kw.pop("as_json")
     no_store = kw.pop("no_store")
+    direct = kw.pop("direct")
     kw["flush_cache"] = not kw.pop("no_flush")
     store = None if no_store else get_store(ctx)
     run_id = run_label = None
@@ -104,17 +112,22 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         run_id, run_label = bench.resolve_run(store, run_name)
         if port is None and "://" not in target:
             port = bench.run_port(store, run_id)
-    url = None
-    if port is None and not set(target) & {":", "/"}:
-        # a launch's name (`forensics launch --name NAME`), unless the config names a host so
-        from forensics.hosts import load_config
+    lookup = get_store(ctx, create=False) if _has_store(ctx) else None
+    tgt = bench.resolve_bench_target(target, port, lookup, direct=direct)
+    with contextlib.ExitStack() as stack:
+        url = tgt.url
+        if tgt.ssh_host:  # the server listens on the host's loopback: tunnel to it
+            from forensics.hosts import get_host
 
-        if target not in load_config()["hosts"] and _has_store(ctx):
-            url = bench.launch_url(get_store(ctx, create=False), target)
-    url = url or bench.resolve_target(target, port)
-    cfg = bench.BenchConfig(url=url, **kw)
-    cfg.validate()
-    rep = _run_with_progress(bench, cfg, quiet=as_json)
+            fw = stack.enter_context(get_host(tgt.ssh_host).forward(tgt.remote_port))
+            url = f"http://127.0.0.1:{fw.port}"
+        cfg = bench.BenchConfig(url=url, **kw)
+        cfg.validate()
+        label = f"{tgt.url} (via ssh {tgt.ssh_host})" if tgt.ssh_host else None
+        rep = _run_with_progress(bench, cfg, quiet=as_json, label=label)
+    rep.config.url = tgt.url
+    rep.via = f"ssh {tgt.ssh_host}" if tgt.ssh_host else None
+    url = tgt.url
     if store is not None:
         if run_id is None:
             found = bench.find_run_for_url(store, url)
@@ -147,7 +160,7 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
 
 
-def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool) -> Any:
+def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool, label: str | None = None) -> Any:
     if quiet or not sys.stderr.isatty():
         return bench.run_bench(cfg, handle_signals=True)
     from rich.console import Console
@@ -158,7 +171,7 @@ def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool) -> Any:
     with Live(Text("starting…"), console=console, transient=True, refresh_per_second=4) as live:
 
         def cb(p: Any) -> None:
-            live.update(Text(f"bench {cfg.url}  " + _progress_line(p)))
+            live.update(Text(f"bench {label or cfg.url}  " + _progress_line(p)))
 
         return bench.run_bench(cfg, progress=cb, handle_signals=True)
 
@@ -180,7 +193,8 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
     )
     if rep.config.mode == "rate":
         mode += f" {rep.config.rate:g} req/s"
-    console.print(f"[bold]{head}[/bold]  ({rep.config.url}, {rep.config.api}, {mode}{where})")
+    via = f" via {rep.via}" if rep.via else ""
+    console.print(f"[bold]{head}[/bold]  ({rep.config.url}{via}, {rep.config.api}, {mode}{where})")
     t = Table(show_header=True, header_style="bold")
     for col in ("figure", "mean", "p50", "p90", "p99"):
         t.add_column(col, justify="left" if col == "figure" else "right")

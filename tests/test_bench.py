@@ -368,6 +368,23 @@ def test_cli_explicit_run_and_baseline_ratio(faultserver, tmp_path):
     assert re.search(r"^[\d.]+ tok/s, [\d.]+× baseline", res.stdout)
 
 
+def test_cli_baseline_refuses_a_run_benchmarked_with_many_requests_in_flight(faultserver, tmp_path):
+    """A baseline is what one person sees: a concurrency-8 figure would make every
+    speculative configuration look hopeless."""
+    store = tmp_path / "store"
+    _ingest_run(store, tmp_path, 39998, "sglang_baseline_batched")
+    url = faultserver.fresh("ok")
+    args = ("--store", str(store), "bench", url, "--run", "baseline_batched")
+    res = invoke(*args, "--concurrency", "4", "--num-prompts", "4")
+    assert res.exit_code == 0, res.output
+    res = invoke("--store", str(store), "baseline", "sglang_baseline_batched")
+    assert res.exit_code == 2
+    assert "4 requests in flight" in res.stderr and "single stream" in res.stderr
+    assert invoke(*args).exit_code == 0  # single stream: now it may be the baseline
+    res = invoke("--store", str(store), "baseline", "sglang_baseline_batched")
+    assert res.exit_code == 0 and "Baseline:" in res.stdout
+
+
 def test_cli_run_not_found_and_baseline_without_bench(faultserver, tmp_path):
     store = tmp_path / "store"
     _ingest_run(store, tmp_path, 39998, "sglang_x")

@@ -214,3 +214,26 @@ def test_bench_by_launch_name_targets_the_launched_server(tmp_path, capsys):
         assert out["url"] == f"http://127.0.0.1:{port}"
     finally:
         launcher.stop(store, "by_name", grace_s=3)
+
+
+def test_bench_of_a_configured_host_goes_through_ssh_to_its_loopback(ssh_config, tmp_path, capsys):
+    """SGLang listens on the host's 127.0.0.1: `forensics bench HOST` reaches it through an
+    SSH tunnel (the test sshd on 127.0.0.1 plays the GPU host; the simulator its server)."""
+    from forensics.cli import main
+
+    sim = Sim(tmp_path, "0.5.23").wait_ready()
+    try:
+        args = ["--store", str(tmp_path / "store"), "bench", f"sshtest:{sim.port}"]
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--num-prompts", "3", "--max-new-tokens", "16", "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert exc.value.code == 0 and out["completed"] == 3
+        assert out["via"] == "ssh sshtest" and out["url"] == f"http://127.0.0.1:{sim.port}"
+        assert out["flush_cache"] == "ok"  # every route went through the tunnel too
+        # --direct: straight to the configured address (127.0.0.1 here), no tunnel
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--num-prompts", "1", "--max-new-tokens", "8", "--json", "--direct"])
+        out = json.loads(capsys.readouterr().out)
+        assert exc.value.code == 0 and out["via"] is None
+    finally:
+        sim.stop()
