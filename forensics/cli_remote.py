@@ -36,6 +36,12 @@ def _progress(event: dict) -> None:
         click.echo(f"  server started (pgid {event.get('pid')})", err=True)
 
 
+def load_config_hosts() -> set[str]:
+    from forensics.hosts import load_config
+
+    return set(load_config()["hosts"])
+
+
 def register(cli: click.Group) -> None:
     @cli.command("lint")
     @click.argument("name", required=False)
@@ -225,6 +231,19 @@ def register(cli: click.Group) -> None:
         else:
             raise click.UsageError("give a recipe NAME, --shell '...', or --sim --name N -- FLAGS")
         if log_path:
+            from forensics.hosts import is_remote
+
+            if is_remote(log_path):  # `--log gpu8:/data/x.log`: the host and its path
+                from forensics.diagnose import log_location
+
+                h, path = log_location(log_path, host or recipe.host)
+                if h.name not in load_config_hosts():
+                    raise click.UsageError(
+                        f"--log {log_path}: a launch needs a [hosts.NAME] of forensics.toml "
+                        "(write one and use NAME:/path)"
+                    )
+                recipe.host, log_path = h.name, path
+                host = host or h.name
             recipe.log_path = log_path
         simopts = {"speed": sim_speed, "fail": sim_fail, "port": port} if sim else None
         if port and not sim:

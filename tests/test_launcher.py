@@ -561,3 +561,22 @@ def test_a_replay_that_truncates_the_log_is_followed_from_its_start(store, tmp_p
     res = _replay(store, chain)
     assert res["status"] == "ready", res
     assert res["stages"][-1] == "ready" and "load_begin" in res["stages"]
+
+
+def test_cli_launch_log_on_a_named_host(ssh_config, tmp_path):
+    """`launch --log sshtest:/path` puts the log on that host (it was taken as a local path
+    named `sshtest:/...`); an unknown host name is exit 2."""
+    log = tmp_path / "remote" / "sglang_eagle3_cg_5dt.log"
+    base = ["launch", "--sim", "--port", str(_free_port()), "--sim-speed", str(SPEED),
+            "--deadline", "20", "--json"]  # fmt: skip
+    flags = ["--", "--model-path", "sim://m"]
+    runner = CliRunner()
+    res = runner.invoke(cli, [*base, "--name", "on_host", "--log", f"sshtest:{log}", *flags])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["host"] == "sshtest" and data["log_path"] == str(log)
+    assert data["status"] == "ready" and log.exists()
+    res = runner.invoke(cli, ["stop", "on_host", "--json"])
+    assert json.loads(res.output)["outcome"] in ("terminated", "killed")
+    res = runner.invoke(cli, [*base, "--name", "nohost", "--log", "gpu9:/x/y.log", *flags])
+    assert res.exit_code == 2 and "gpu9" in res.output
