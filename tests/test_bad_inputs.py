@@ -385,9 +385,15 @@ def test_H10_ctrl_c_during_a_big_ingest_exits_130_store_exactly_as_before(tmp_pa
     lock = home() / "store.lock"
     p = _cli("ingest", str(big))
     try:
-        # the lock holds the writer's pid once its transaction began (reading has started)
+        # the lock holds the writer's pid once its transaction began (reading has started);
+        # frozen while we look again, so that a loaded machine cannot let it finish first
         _wait_for(lambda: lock.exists() and lock.read_text().strip() == str(p.pid))
-        p.send_signal(signal.SIGINT)
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            assert lock.read_text().strip() == str(p.pid)  # still inside its transaction
+            p.send_signal(signal.SIGINT)
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
         _, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
