@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 
 import click
 
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt:
+        try:  # the same Ctrl-C's second KeyboardInterrupt, if pending (see forensics.errors)
+            time.sleep(0)
+        except KeyboardInterrupt:
+            pass
         click.echo("Interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except click.exceptions.Exit as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -258,6 +259,10 @@ def register(cli: click.Group) -> None:
                 deadline, step_deadline, simopts, progress,
             )  # fmt: skip
         except KeyboardInterrupt:
+            try:  # the same Ctrl-C's second KeyboardInterrupt, if pending (forensics.errors)
+                time.sleep(0)
+            except KeyboardInterrupt:
+                pass
             click.echo(
                 f"Interrupted: {recipe.name} may still be starting in its own process group; "
                 f"stop it with: forensics stop {recipe.name}",

@@ -1421,10 +1421,30 @@ class SSHHost(Host):
                 f"{self.name}:{path}: SFTP {what} failed: {exc}", hint="re-run"
             ) from None
         except EOFError:
+            self._drop_sftp()
             raise RemoteError(
                 f"{self.name}:{path}: connection lost during SFTP {what}",
                 hint="re-run; the bytes read so far were kept",
             ) from None
+        except Exception as exc:
+            import paramiko
+
+            if not isinstance(exc, paramiko.SSHException):
+                raise
+            # "Server connection dropped", a closed channel: the session is gone (S07); the
+            # next call opens a new one
+            self._drop_sftp()
+            raise RemoteError(
+                f"{self.name}:{path}: connection lost during SFTP {what} ({exc})",
+                hint="re-run once the host answers; the bytes read so far were kept",
+            ) from None
+
+    def _drop_sftp(self) -> None:
+        with self._lock:
+            if self._sftp is not None:
+                with contextlib.suppress(Exception):
+                    self._sftp.close()
+                self._sftp = None
 
     def glob(self, pattern: str) -> list[str]:
         sftp = self.sftp()

@@ -310,6 +310,12 @@ def ingest(
             summary.files.append(outcome)
     except KeyboardInterrupt:
         summary.interrupted = True
+        # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
+        # forensics/errors.py): a pending second one fires and is absorbed here
+        try:
+            time.sleep(0)
+        except KeyboardInterrupt:
+            pass
     summary.seconds = time.monotonic() - t0
     unreadable = [f for f in summary.files if f.reason in ("permission", "vanished")]
     if unreadable and len(unreadable) == len(summary.files):

@@ -1073,6 +1073,13 @@ def _run(
             "from its pid file and /health",
         ) from None
     except KeyboardInterrupt:
+        # The same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
+        # forensics/errors.py): let a pending second one fire here, where it is absorbed,
+        # not in the middle of the record below. (A `try` is set up before any check runs.)
+        try:
+            time.sleep(0)
+        except KeyboardInterrupt:
+            pass
         # Ctrl-C stops the waiting, not the server (it runs in its own group): record the
         # group so `forensics stop NAME` can end it, then let the CLI exit 130
         with contextlib.suppress(Exception):

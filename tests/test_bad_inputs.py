@@ -470,3 +470,67 @@ def test_store_without_any_error_rows(capsys, cmd):
         assert json.loads(out) == []
     else:
         assert "sglang_baseline" in out
+
+
+ONE_CTRL_C = r"""
+import json, os, random, signal, socket, sys, threading
+import polars as pl
+from forensics import launcher
+from forensics.recipe import Recipe
+from forensics.store import Store
+
+root, tries = sys.argv[1], int(sys.argv[2])
+real_record, rng = launcher._record, random.Random(7)
+frame = pl.DataFrame({"a": list(range(50)), "b": ["x" * 40] * 50})
+
+
+def record(store, row):
+    # the Ctrl-C lands while polars writes (the write of the `running` record, as in CI)
+    if row.get("status") == "running":
+        threading.Timer(rng.uniform(0.02, 0.1), os.kill, (os.getpid(), signal.SIGINT)).start()
+        for _ in range(5000):
+            frame.write_parquet(f"{root}/scratch.parquet")
+    real_record(store, row)
+
+
+launcher._record = record
+out = []
+for i in range(tries):
+    store = Store.open(f"{root}/store{i}", create=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    recipe = Recipe(name=f"run{i}", server=["python3", "-m", "sglang.launch_server"],
+                    log_path=f"{root}/run{i}.log", health_url=None)
+    sim = {"speed": 0.05, "port": port, "python": sys.executable}
+    try:
+        launcher.launch(store, recipe, sim=sim, deadline=30)
+        seen = "not interrupted"
+    except KeyboardInterrupt:
+        seen = "interrupted"
+    row = launcher.find_launch(store, f"run{i}")
+    out.append({"seen": seen, "status": row["status"], "pgid": row["pgid"]})
+    pgid = row["pgid"] or launcher._pgid_from_journal(row)
+    if pgid:
+        os.killpg(pgid, signal.SIGKILL)  # the simulator this script started
+print(json.dumps(out))
+"""
+
+
+def test_one_ctrl_c_during_a_polars_write_still_records_the_interrupted_launch(tmp_path):
+    """SIGINT while polars writes raises twice (polars' own KeyboardInterrupt, then Python's
+    handler's). In CI the second one cut the launch's handler short: the launch stayed
+    `registered`, with no process group for `forensics stop`. Real signals, real polars
+    writes, a real launch, in a process of its own (pytest stops on KeyboardInterrupt)."""
+    res = subprocess.run(
+        [sys.executable, "-c", ONE_CTRL_C, str(tmp_path), "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    tries = json.loads(res.stdout)
+    assert [t["seen"] for t in tries] == ["interrupted"] * 4
+    assert [t["status"] for t in tries] == ["interrupted"] * 4, tries
+    assert all(t["pgid"] for t in tries)  # recorded, so `forensics stop` can end it
