@@ -535,6 +535,12 @@ def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
             restarted.terminate()
             restarted.wait(timeout=10)
         srv.stop()
+        # whatever failed above: the simulator this test started (its group, from the pid
+        # file the supervisor wrote; "remote" is this machine) must not outlive the test
+        pid_file = tmp_path / "logs" / "lost_link.log.pid"
+        if pid_file.exists() and pid_file.read_text().strip().isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid_file.read_text()), sig.SIGKILL)
 
 
 def test_a_relaunch_reads_only_its_own_lines_of_an_appended_log(store, tmp_path):
