@@ -362,7 +362,7 @@ def test_H11_health_200_while_the_scheduler_hangs_is_not_ready(store, tmp_path, 
         health_url=None,
     )  # fmt: skip
     sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
-    res = launcher.launch(store, recipe, sim=sim, deadline=6)
+    res = launcher.launch(store, recipe, sim=sim, deadline=12)  # room for a loaded machine
     try:
         assert res["status"] == "timeout", res
         assert res["cause"] == "health-unverified"
