@@ -341,7 +341,7 @@ def test_H06_flapping_health_is_ready_only_after_three_200s_in_a_row(store, tmp_
 
 def test_H06_health_flapping_forever_is_never_ready(store, tmp_path):
     recipe, seen = _flapper(tmp_path, "flap_forever", flaps=-1)
-    res = launcher.launch(store, recipe, deadline=4)
+    res = launcher.launch(store, recipe, deadline=6)
     try:
         assert res["status"] == "timeout" and res["cause"] == "health-timeout", res
         counts = json.loads(seen.read_text())
