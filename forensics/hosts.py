@@ -264,6 +264,14 @@ def _open_spill(directory: str, label: str) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=f"{stem}.", suffix=f".{stream}", dir=directory)
 
 
+def _captures(max_output: int, spill_dir: Any, name: str) -> tuple[_Capped, _Capped]:
+    """The capped (and, with ``spill_dir``, spilled) stdout and stderr of one command."""
+    return (
+        _Capped(max_output, spill_dir, _spill_label(name, "stdout")),
+        _Capped(max_output, spill_dir, _spill_label(name, "stderr")),
+    )
+
+
 def _result_streams(out: _Capped, err: _Capped, open_: tuple[bool, bool] = (False, False)) -> dict:
     """The ``CmdResult`` fields that come from the two captured streams."""
     out.close(still_open=open_[0])
@@ -559,8 +567,7 @@ class LocalHost(Host):
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        out = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stdout"))
-        err = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stderr"))
+        out, err = _captures(max_output, spill_dir, spill_name or script)
         threads = [
             threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
             threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
@@ -1240,10 +1247,7 @@ class SSHHost(Host):
 
     def close(self) -> None:
         with self._lock:
-            if self._sftp is not None:
-                with contextlib.suppress(Exception):
-                    self._sftp.close()
-                self._sftp = None
+            self._drop_sftp()
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -1284,8 +1288,7 @@ class SSHHost(Host):
                 f"{self.address}: could not start a command: {exc}",
                 hint="the connection may have dropped; re-run",
             ) from None
-        out = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stdout"))
-        err = _Capped(max_output, spill_dir, _spill_label(spill_name or script, "stderr"))
+        out, err = _captures(max_output, spill_dir, spill_name or script)
         timed_out = False
         try:
             rc, timed_out = self._pump(chan, out, err, client_deadline)
@@ -1330,10 +1333,7 @@ class SSHHost(Host):
         with self._lock:
             if self._client is None or self._client.get_transport() is not transport:
                 return  # already replaced
-            if self._sftp is not None:
-                with contextlib.suppress(Exception):
-                    self._sftp.close()
-                self._sftp = None
+            self._drop_sftp()
             with contextlib.suppress(Exception):
                 self._client.close()
             self._client = None
@@ -1440,6 +1440,7 @@ class SSHHost(Host):
             ) from None
 
     def _drop_sftp(self) -> None:
+        """Close the SFTP session (if any); the next ``sftp()`` opens a new one."""
         with self._lock:
             if self._sftp is not None:
                 with contextlib.suppress(Exception):
