@@ -37,12 +37,6 @@ def _progress(event: dict) -> None:
         click.echo(f"  server started (pgid {event.get('pid')})", err=True)
 
 
-def load_config_hosts() -> set[str]:
-    from forensics.hosts import load_config
-
-    return set(load_config()["hosts"])
-
-
 def register(cli: click.Group) -> None:
     @cli.command("lint")
     @click.argument("name", required=False)
@@ -232,13 +226,13 @@ def register(cli: click.Group) -> None:
         else:
             raise click.UsageError("give a recipe NAME, --shell '...', or --sim --name N -- FLAGS")
         if log_path:
-            from forensics.hosts import is_remote
+            from forensics.hosts import is_remote, load_config
 
             if is_remote(log_path):  # `--log gpu8:/data/x.log`: the host and its path
                 from forensics.diagnose import log_location
 
                 h, path = log_location(log_path, host or recipe.host)
-                if h.name not in load_config_hosts():
+                if h.name not in load_config()["hosts"]:
                     raise click.UsageError(
                         f"--log {log_path}: a launch needs a [hosts.NAME] of forensics.toml "
                         "(write one and use NAME:/path)"

@@ -9,7 +9,9 @@ signal, raises a second one at the next check (polars 2.1: in 165 of 200 tries).
 that records what the interrupt left behind (``launcher``: the process group; ``ingest``: what
 was committed) therefore begins with ``try: time.sleep(0) / except KeyboardInterrupt: pass``:
 no check runs before that ``try`` is set up, and the pending second one fires inside it
-(``signal.signal(SIGINT, SIG_IGN)`` does not help: it runs the pending handler first).
+(``signal.signal(SIGINT, SIG_IGN)`` does not help: it runs the pending handler first). It
+stays four inline lines, not a helper: a call's first instruction is itself a check, so the
+second interrupt would fire before the helper's own ``try``.
 tests/test_bad_inputs.py reproduces it with real signals during real polars writes.
 """
 

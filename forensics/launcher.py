@@ -1479,9 +1479,8 @@ def recheck(store: Store, name: str) -> dict[str, Any]:
         pgid, source = _pgid_from_journal(row), "journal"
     alive = False
     if pgid and int(pgid) > 1:
-        res = h.run(f"ps -ww -e -o pgid=,args= 2>/dev/null | awk '$1=={int(pgid)}'", timeout=15)
-        marks = [m for m in (row.get("log_path"), row.get("token")) if m]
-        alive = bool(res.text.strip()) and (not marks or any(m in res.text for m in marks))
+        text, marks = _group_args(h, int(pgid)), _launch_marks(row)
+        alive = bool(text.strip()) and (not marks or any(m in text for m in marks))
     health = problem = None
     if alive and row.get("health_url"):
         codes = []
@@ -1528,13 +1527,20 @@ def _pgid_from_journal(row: dict[str, Any]) -> int | None:
     g = srows["pgid"][-1] or srows["pid"][-1]
     if not g or int(g) <= 1:
         return None
-    res = h.run(
-        f"ps -ww -e -o pgid=,args= 2>/dev/null | awk '$1=={int(g)}'", timeout=15, allow_timeout=True
-    )
-    marks = [m for m in (row.get("log_path"), row.get("token")) if m]
-    if not any(m in res.text for m in marks):
+    text = _group_args(h, int(g), allow_timeout=True)
+    if not any(m in text for m in _launch_marks(row)):
         return None
     return int(g)
+
+
+def _group_args(h: Host, pgid: int, **kw: Any) -> str:
+    """The command lines of the processes in group ``pgid`` on the host (``pgid args`` lines)."""
+    return h.run(f"ps -ww -e -o pgid=,args= 2>/dev/null | awk '$1=={pgid}'", timeout=15, **kw).text
+
+
+def _launch_marks(row: dict[str, Any]) -> list[str]:
+    """What a process of the launch has on its command line: its log path, its token (S16)."""
+    return [m for m in (row.get("log_path"), row.get("token")) if m]
 
 
 def wait_stopped(host: Host, pgid: int, timeout: float = 10.0) -> bool:
