@@ -29,6 +29,7 @@ from forensics.errors import (
     RemoteError,
 )
 from forensics.hosts import LocalHost, ReadIncomplete, SSHHost, get_host, resolve_location
+from tests.plugins.sshd import ancestors, proc_stat
 
 from .test_hosts import S06_SCRIPT, _procs_with, check_s06_spill, record_capped, s06_expected
 
@@ -156,21 +157,6 @@ def test_s06_no_spill_for_small_output_and_unwritable_dir_is_not_fatal(ssh_host,
     assert "cannot spill to" in res.spill_error and "Not a directory" in res.spill_error
 
 
-def _proc_stat(pid: int) -> tuple[str, int]:
-    """(comm, ppid) of a live process."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    comm = text[text.index("(") + 1 : text.rindex(")")]
-    return comm, int(text.rsplit(")", 1)[1].split()[1])
-
-
-def _ancestors(pid: int) -> list[int]:
-    chain = []
-    while pid > 1:
-        chain.append(pid)
-        pid = _proc_stat(pid)[1]
-    return chain
-
-
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -207,10 +193,10 @@ class _RemoteSleep:
             time.sleep(0.05)
         self.sleeper = int(self.pidfile.read_text())
         assert self.marker.encode() in _cmdline(self.sleeper)
-        chain = _ancestors(self.sleeper)
+        chain = ancestors(self.sleeper)
         assert listener in chain
         self.sshd_child = next(
-            p for p in chain[: chain.index(listener)] if _proc_stat(p)[0] == "sshd"
+            p for p in chain[: chain.index(listener)] if proc_stat(p)[0] == "sshd"
         )
 
     def error(self) -> BaseException:

@@ -23,6 +23,7 @@ from forensics.hosts import LocalHost
 from forensics.recipe import Recipe
 from forensics.store import Store
 from parsers.journal import parse_journal
+from tests.plugins.sshd import connection_processes
 from tests.test_shell import SEED
 
 SPEED = 400.0
@@ -445,32 +446,6 @@ def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, 
     assert gone["status"] == "exited" and "gone" in gone["cause"]
 
 
-def _sshd_descendants(master: int) -> list[int]:
-    """The per-connection sshd processes below ``master`` (a sshd this test started)."""
-    from pathlib import Path
-
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        pid, comm = int(d.name), stat[stat.index("(") + 1 : stat.rindex(")")]
-        chain, p = [], pid
-        while p > 1:
-            try:
-                s = Path(f"/proc/{p}/stat").read_text()
-            except OSError:
-                break
-            p = int(s.rsplit(")", 1)[1].split()[1])
-            chain.append(p)
-        if comm == "sshd" and master in chain:
-            out.append(pid)
-    return out
-
-
 def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
     store, tmp_path, monkeypatch
 ):
@@ -495,7 +470,7 @@ def test_S07_connection_lost_during_the_health_wait_is_unknown_then_rechecked(
     def cut(event):
         if event.get("event") == "server":  # the server runs; the health wait begins
             master = srv.proc.pid
-            for pid in _sshd_descendants(master):
+            for pid in connection_processes(master):
                 os.kill(pid, sig.SIGKILL)
             srv.stop()  # and no reconnect is possible
 

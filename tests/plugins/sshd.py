@@ -64,3 +64,36 @@ def ssh_host(ssh_config):
     from forensics.hosts import get_host
 
     return get_host("sshtest")
+
+
+# -- the processes of a test's own sshd (S07 tests cut connections by killing them) ----------
+
+
+def proc_stat(pid: int) -> tuple[str, int]:
+    """(comm, ppid) of a live process (OSError once it is gone)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    return comm, int(text.rsplit(")", 1)[1].split()[1])
+
+
+def ancestors(pid: int) -> list[int]:
+    """``pid`` and its parents up to (not including) init."""
+    chain = []
+    while pid > 1:
+        chain.append(pid)
+        pid = proc_stat(pid)[1]
+    return chain
+
+
+def connection_processes(master: int) -> list[int]:
+    """The per-connection ``sshd`` processes below the listener ``master`` (one a test started)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if proc_stat(int(d.name))[0] == "sshd" and master in ancestors(int(d.name))[1:]:
+                out.append(int(d.name))
+        except OSError:  # gone while we looked
+            continue
+    return out
