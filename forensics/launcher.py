@@ -810,6 +810,27 @@ def _health(host: Host, url: str, tools: set[str]) -> int | None:
     return _http(host, url, tools, timeout=HEALTH_PROBE_TIMEOUT_S)
 
 
+def _ready_round(
+    host: Host, health_url: str, pgid: int | None, tools: set[str], seen: int = 0
+) -> tuple[int | None, bool, str | None, str | None]:
+    """One readiness round (H06/H11): ``/health`` probed ``HEALTH_CONFIRM_S`` apart until
+    ``HEALTH_OK_STREAK`` 200s in a row (``seen`` of them already), then ``_verify_ready``.
+
+    Returns ``(last health code, streak reached, problem, note)``; ready is a reached streak
+    with no problem. A non-200 ends the round at once (no streak).
+    """
+    code: int | None = 200
+    while seen < HEALTH_OK_STREAK:
+        if seen:
+            time.sleep(HEALTH_CONFIRM_S)
+        code = _health(host, health_url, tools)
+        if code != 200:
+            return code, False, None, None
+        seen += 1
+    problem, note = _verify_ready(host, health_url, pgid, tools)
+    return code, True, problem, note
+
+
 def _generate_url(health_url: str) -> str:
     """The server's /generate beside its health URL (same scheme, host and port)."""
     from urllib.parse import urlsplit, urlunsplit
@@ -1017,7 +1038,6 @@ def _run(
         if not srows.is_empty() or not frame.filter(pl.col("event") == "spawned").is_empty():
             end_at = time.monotonic() + health_deadline
             offset = log_start
-            streak = 0
             while True:
                 frame = _read_journal(host, journal, launch_id)
                 srows = frame.filter(pl.col("event") == "server")
@@ -1029,17 +1049,17 @@ def _run(
                     offset = _follow(host, recipe.log_path, offset, stages, progress)
                 if recipe.health_url and not port_taken:
                     health_code = _health(host, recipe.health_url, info["has"])
-                    streak = streak + 1 if health_code == 200 else 0
-                    if streak >= HEALTH_OK_STREAK:
-                        problem, note = _verify_ready(
-                            host, recipe.health_url, server_pgid, info["has"]
+                    if health_code == 200:  # the start of a streak: see whether it holds
+                        health_code, streak, problem, note = _ready_round(
+                            host, recipe.health_url, server_pgid, info["has"], seen=1
                         )
-                        if problem is None:
+                        if streak and problem is None:
                             status = "ready"
                             _emit(progress, event="health", code=200, note=note)
                             break
-                        streak, unverified = 0, problem
-                        _emit(progress, event="unverified", problem=problem)
+                        if streak:
+                            unverified = problem
+                            _emit(progress, event="unverified", problem=problem)
                 srv_no = srv.index if srv else None
                 ended = frame.filter((pl.col("event") == "end") & (pl.col("step") == srv_no))
                 if not ended.is_empty():
@@ -1048,7 +1068,7 @@ def _run(
                 if time.monotonic() > end_at:
                     status = "timeout"
                     break
-                time.sleep(HEALTH_CONFIRM_S if streak else HEALTH_POLL_S)
+                time.sleep(HEALTH_POLL_S)
             if recipe.log_path:
                 _follow(host, recipe.log_path, offset, stages, progress)
         elif not wrapper_done:
@@ -1483,16 +1503,8 @@ def recheck(store: Store, name: str) -> dict[str, Any]:
         alive = bool(text.strip()) and (not marks or any(m in text for m in marks))
     health = problem = None
     if alive and row.get("health_url"):
-        codes = []
-        for _ in range(HEALTH_OK_STREAK):
-            codes.append(_health(h, row["health_url"], info["has"]))
-            if codes[-1] != 200:
-                break
-            time.sleep(HEALTH_CONFIRM_S)
-        health = codes[-1]
-        if all(c == 200 for c in codes):
-            problem, _ = _verify_ready(h, row["health_url"], int(pgid), info["has"])
-        else:
+        health, streak, problem, _ = _ready_round(h, row["health_url"], int(pgid), info["has"])
+        if not streak:
             problem = f"/health answered {health}" if health else "/health did not answer"
     status = ("ready" if problem is None and health == 200 else "running") if alive else "exited"
     cause = None if status == "ready" else (problem if alive else "the process group is gone")
