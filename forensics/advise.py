@@ -272,7 +272,7 @@ def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list
         return []
     if launches.is_empty() or "status" not in launches.columns:
         return []
-    from parsers.names import config_from_name
+    from forensics_parsers.names import config_from_name
 
     known = {PurePosixPath(str(r.get("path") or "")).name for r in rows}
     known |= {str(r.get("name")) for r in rows}

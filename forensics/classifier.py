@@ -8,7 +8,7 @@ Two sources of evidence are combined:
   and the signature catalog (``forensics.signatures``);
 * a **scikit-learn** logistic regression over structural tokens (stages, frames, exception
   types, signature ids, the rules' votes) and character n-grams of the error text, trained on
-  the labeled corpus in ``fixtures/corpus`` (plus the user's own ``forensics label``s).
+  the labeled corpus in ``forensics/data/corpus`` (plus the user's own ``forensics label``s).
 
 The model is kept as JSON (vocabularies, idf weights, coefficients, a calibration temperature):
 it is retrained from the corpus in seconds when absent and cached in the store's ``models/``
@@ -30,14 +30,15 @@ from typing import Any
 
 import polars as pl
 
-import parsers.sglang as sglang_parser
+import forensics_parsers.sglang as sglang_parser
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
 
 PHASES = sigs.PHASES
 MODEL_VERSION = 3
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "fixtures" / "corpus"
+CORPUS = (
+    Path(__file__).resolve().parent / "data" / "corpus"
+)  # package data: the labeled training set
 LABELS_CSV = CORPUS / "labels.csv"
 STALE_S = 300.0  # a log untouched this long while mid-stage counts as hung
 
@@ -864,7 +865,7 @@ def corpus_digest(corpus: Path = CORPUS) -> str:
 
 
 def parse_path(path: Path | str):
-    from parsers.sglang import parse_bytes
+    from forensics_parsers.sglang import parse_bytes
 
     p = Path(path)
     data = p.read_bytes()
@@ -1012,7 +1013,7 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
         if m is None:
             raise ForensicsError(
                 f"{corpus}: no training corpus and no packaged model",
-                hint="reinstall forensics, or run from a checkout (fixtures/corpus)",
+                hint="reinstall forensics (its wheel carries forensics/data/corpus and the packaged model)",
             )
         return m
     digest = corpus_digest(corpus)
@@ -1069,7 +1070,7 @@ def classify_file(path: str | Path, model: Model | None = None) -> list[Verdict]
 
 
 def classify_text(text: str, model: Model | None = None, *, path: str = "<text>") -> list[Verdict]:
-    from parsers.sglang import parse_text
+    from forensics_parsers.sglang import parse_text
 
     frames = parse_text(text, path)
     return [verdict(a, model) for a in analyses_for(frames, path)]

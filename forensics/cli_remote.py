@@ -202,7 +202,7 @@ def register(cli: click.Group) -> None:
             argv = ["python3", "-m", "sglang.launch_server", *extra]
             launch_name = name_opt or name
             if not launch_name:  # the seed's convention, from the flags
-                from parsers.names import name_from_flags
+                from forensics_parsers.names import name_from_flags
 
                 launch_name = name_from_flags(extra)
                 if not as_json:

@@ -507,7 +507,7 @@ def classify_remote(host: Any, path: str, model: Any = None) -> list[Any]:
     host; an unreachable host is the host's own error (exit 5).
     """
     from forensics.errors import UsageError
-    from parsers.sglang import parse_bytes
+    from forensics_parsers.sglang import parse_bytes
 
     st = host.stat(path)
     where = f"{host.name}:{path}"
@@ -568,7 +568,7 @@ _LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 
 def _token_fields(token: str) -> dict[str, Any]:
     """The field one name token sets (parsers/names.py rules): ``2step`` -> num_steps=2."""
-    from parsers.names import config_from_name
+    from forensics_parsers.names import config_from_name
 
     conf = config_from_name(token)
     conf.pop("no_spec", None)

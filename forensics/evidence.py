@@ -151,7 +151,7 @@ def collect(
     folder on this machine where an output over its command's cap is kept whole (S06; the
     record then names the file in ``stdout_spill``/``stderr_spill``).
     """
-    from parsers import evidence as ev
+    from forensics_parsers import evidence as ev
 
     end = time.monotonic() + deadline
     commands: dict[str, dict] = {}
@@ -211,7 +211,7 @@ def tables_of(
     Records whose status is not ``ok`` give empty tables. ``run_tree`` is the process tree of
     the group ``pgid`` (and of ``pids``).
     """
-    from parsers import evidence as ev
+    from forensics_parsers import evidence as ev
 
     def text(name: str) -> str:
         c = commands.get(name, {})

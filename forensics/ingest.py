@@ -29,7 +29,7 @@ from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageE
 from forensics.store import Store
 
 if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
-    from parsers.sglang import Frames
+    from forensics_parsers.sglang import Frames
 
 READ_CHUNK = 4 << 20
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
@@ -412,7 +412,7 @@ def _ingest_one(
 
         import polars as pl
 
-        from parsers.sglang import LogParser, extract_batch
+        from forensics_parsers.sglang import LogParser, extract_batch
 
         parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
         buf = _Buffer(tx, sid)

@@ -74,9 +74,9 @@ from forensics.recipe import (
     valid_name,
     with_simulator,
 )
-from parsers.journal import parse_journal
-from parsers.sglang import stage_of
-from parsers.shell import Chain, Step, launching_command_line, parse_chain
+from forensics_parsers.journal import parse_journal
+from forensics_parsers.sglang import stage_of
+from forensics_parsers.shell import Chain, Step, launching_command_line, parse_chain
 
 if TYPE_CHECKING:
     from forensics.hosts import Host

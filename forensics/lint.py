@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from forensics.recipe import Recipe, server_step, step_kind
-from parsers.shell import Chain, Command, Step, launching_command_line, parse_chain, shell_script
+from forensics_parsers.shell import (
+    Chain,
+    Command,
+    Step,
+    launching_command_line,
+    parse_chain,
+    shell_script,
+)
 
 if TYPE_CHECKING:
     from forensics.hosts import Host

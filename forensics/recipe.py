@@ -33,7 +33,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from forensics.errors import ConfigError, UsageError
-from parsers.shell import Chain, Command, Step, parse_chain, shell_script, unwrap
+from forensics_parsers.shell import Chain, Command, Step, parse_chain, shell_script, unwrap
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would let "name\n" in
 DEFAULT_PORT = 30000

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from parsers.names import config_from_name
+from forensics_parsers.names import config_from_name
 
 MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
 MAX_TEXT = 4000  # text kept per line in the `lines` frame

@@ -1,6 +1,6 @@
-"""Generate the labeled corpus of SGLang failure logs under fixtures/corpus/ (deterministic).
+"""Generate the labeled corpus of SGLang failure logs under forensics/data/corpus/ (deterministic).
 
-    .venv/bin/python scripts/gen_corpus.py          # writes fixtures/corpus/gen/*.log + labels.csv
+    .venv/bin/python scripts/gen_corpus.py          # writes forensics/data/corpus/gen/*.log + labels.csv
 
 Every example is a whole log or a fragment of one, built from SGLang's format strings for one
 of five output styles (0.4.3, 0.4.6, 0.5.2, 0.5.9, 0.5.23; reference §2, §4) and one failure
@@ -9,7 +9,7 @@ messages vary; messy variants are cut to the last screen, reduced to the traceba
 interleaved, lines cut mid-field, ANSI colours, CRLF, or other prefixes (Python logging,
 glog-style, container). The held-out split is by *family* (scenario x style), never by
 line: no family of the test split is seen in training. Hand-written examples under
-fixtures/corpus/hand/ are listed in labels.csv as the `hand` split.
+forensics/data/corpus/hand/ are listed in labels.csv as the `hand` split.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "fixtures" / "corpus"
+OUT = ROOT / "forensics" / "data" / "corpus"
 STYLES = ["0.4.3", "0.4.6", "0.5.2", "0.5.9", "0.5.23"]
 PER_FAMILY = 3
 

@@ -1,13 +1,13 @@
 """Evaluation set for the phase classifier, from a generator the corpus never saw.
 
-``fixtures/corpus`` is built from templates by ``scripts/gen_corpus.py``; this script runs the
+``forensics/data/corpus`` is built from templates by ``scripts/gen_corpus.py``; this script runs the
 simulated SGLang server (``forensics.sim``) instead, which prints the real log layouts of styles
 0.4.6 / 0.5.9 / 0.5.23 while it really starts, serves, fails and hangs. Every failure mode x
 style x tp in {1, 4}, the healthy runs (served then SIGTERM, served then the log simply ends) and
 bad command lines go to ``fixtures/eval_sim/`` with ``labels.csv`` (path, phase, hung,
 signature). Timestamps are shifted to a fixed base so reruns differ only in measured timings.
 
-``--eval`` measures the classifier (trained only on ``fixtures/corpus``) on these logs, on
+``--eval`` measures the classifier (trained only on ``forensics/data/corpus``) on these logs, on
 messy variants derived from them in memory (``messy_variants``: fragments, traceback-only
 excerpts, fork/container prefixes, ANSI, CRLF, cut lines, interleaved ranks), on the top-level
 hand-written fixtures and on the real H200 error texts wrapped as scheduler tracebacks.
@@ -751,10 +751,10 @@ def evaluate(out: Path = OUT, *, messy: bool = True) -> dict:
     from forensics import classifier as clf
 
     t0 = time.monotonic()
-    model = clf.train(None, include_labels=False)  # fixtures/corpus only: nothing from here
+    model = clf.train(None, include_labels=False)  # forensics/data/corpus only: nothing from here
     ex = examples(out, messy=messy) + other_examples()
     vs = classify_examples(ex, model)
-    rep: dict = {"model": "trained on fixtures/corpus only", "sets": {}}
+    rep: dict = {"model": "trained on forensics/data/corpus only", "sets": {}}
     for name in ("sim-clean", "sim-messy", "fixtures", "h200"):
         idx = [i for i, e in enumerate(ex) if e["set"] == name]
         if idx:

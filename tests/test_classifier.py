@@ -16,7 +16,7 @@ from forensics import classifier
 from forensics.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "fixtures" / "corpus"
+CORPUS = ROOT / "forensics" / "data" / "corpus"
 HAND = CORPUS / "hand"
 
 

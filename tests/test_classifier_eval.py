@@ -4,7 +4,7 @@
 while failing, hanging and serving (``scripts/gen_eval_sim.py``); the messy variants are derived
 from them here, in memory (fragments, traceback-only, fork/container/kubectl/journald/torchrun
 prefixes, ANSI, CRLF, cut and hard-wrapped lines, interleaved ranks). The model is trained only on
-``fixtures/corpus`` (templates of another generator): nothing of this set leaks into it.
+``forensics/data/corpus`` (templates of another generator): nothing of this set leaks into it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ GEN = _load_gen()
 
 @pytest.fixture(scope="module")
 def model():
-    return classifier.load_model(None)  # trained once per process, from fixtures/corpus only
+    return classifier.load_model(None)  # trained once per process, from forensics/data/corpus only
 
 
 def _verdict(text: str, model, name: str = "<text>"):

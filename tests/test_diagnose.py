@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from forensics.cli import cli, main
 
-CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "forensics" / "data" / "corpus"
 
 # the seed story: the capture failure of one config, two configs that served
 RUNS = {

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from forensics.cli import cli, main
 
-CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "forensics" / "data" / "corpus"
 CAPTURE_OOM = CORPUS / "gen" / "capture_oom-059-0.log"
 SERVED = CORPUS / "gen" / "ok_serve-059-0.log"
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from forensics import evidence
 from forensics.hosts import LocalHost
-from parsers import evidence as ev
+from forensics_parsers import evidence as ev
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "evidence"
 

@@ -16,7 +16,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import forensics.ingest as ingest_mod
-import parsers.sglang as S
+import forensics_parsers.sglang as S
 from forensics.ingest import ingest, source_id
 from forensics.store import Store
 

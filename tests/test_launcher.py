@@ -22,7 +22,7 @@ from forensics.cli import cli
 from forensics.hosts import LocalHost
 from forensics.recipe import Recipe
 from forensics.store import Store
-from parsers.journal import parse_journal
+from forensics_parsers.journal import parse_journal
 from tests.plugins.sshd import connection_processes
 from tests.test_shell import SEED
 

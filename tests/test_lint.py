@@ -12,7 +12,7 @@ from forensics.hosts import LocalHost
 from forensics.launcher import safe_chain
 from forensics.lint import RULES, lint, parse_kill
 from forensics.recipe import Recipe
-from parsers.shell import launching_command_line, parse_chain
+from forensics_parsers.shell import launching_command_line, parse_chain
 from tests.test_shell import SEED
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parsers.names import config_from_name, name_from_flags
+from forensics_parsers.names import config_from_name, name_from_flags
 
 
 @pytest.mark.parametrize(

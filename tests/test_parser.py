@@ -12,7 +12,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from parsers.sglang import RULES, Frames, LogParser, parse_bytes, parse_server_args, parse_text
+from forensics_parsers.sglang import (
+    RULES,
+    Frames,
+    LogParser,
+    parse_bytes,
+    parse_server_args,
+    parse_text,
+)
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

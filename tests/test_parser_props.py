@@ -10,7 +10,7 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parsers.sglang import Frames, LogParser, parse_bytes
+from forensics_parsers.sglang import Frames, LogParser, parse_bytes
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 SAMPLES = [
@@ -130,7 +130,7 @@ def test_streaming_each_fixture_in_chunks_of_61_bytes():
 
 
 def test_huge_line_is_cut_and_counted_P11():
-    from parsers.sglang import MAX_LINE
+    from forensics_parsers.sglang import MAX_LINE
 
     data = (
         b"[2026-01-01 00:00:00] start\n"

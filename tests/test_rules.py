@@ -5,7 +5,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers import sglang as S
+from forensics_parsers import sglang as S
 
 
 def naive(msg: str) -> str | None:

@@ -7,7 +7,13 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers.shell import launching_command_line, parse_chain, shell_script, steps_frame, unwrap
+from forensics_parsers.shell import (
+    launching_command_line,
+    parse_chain,
+    shell_script,
+    steps_frame,
+    unwrap,
+)
 
 SEED = (
     'pkill -f "sglang.launch_server" && sleep 2 && pkill -9 -f python3; sleep 3 && \\\n'

@@ -18,7 +18,7 @@ import pytest
 
 from forensics.sim import perf
 from forensics.sim.args import parse_args
-from parsers.sglang import parse_text
+from forensics_parsers.sglang import parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
 STYLES = ("0.4.6", "0.5.9", "0.5.23")
