@@ -82,14 +82,17 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, default=json_default, indent=2, ensure_ascii=False))
 
 
-def emit_frame(df: pl.DataFrame, fmt: str, *, title: str | None = None) -> None:
-    """Print a frame as a rich table (people), JSON (array of objects) or CSV (scripts)."""
+def emit_frame(
+    df: pl.DataFrame, fmt: str, *, title: str | None = None, keep: tuple[str, ...] = ()
+) -> None:
+    """Print a frame as a rich table (people), JSON (array of objects) or CSV (scripts).
+    ``keep``: the columns a narrow terminal should show longest."""
     if fmt == "json":
         echo_json(df.to_dicts())
     elif fmt == "csv":
         sys.stdout.write(df.write_csv())
     else:
-        print_table(df, title=title)
+        print_table(df, title=title, keep=keep)
 
 
 def fmt_cell(value: Any) -> str:
@@ -104,17 +107,38 @@ def fmt_cell(value: Any) -> str:
     return str(value)
 
 
-def print_table(df: pl.DataFrame, *, title: str | None = None) -> None:
+def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, ...] = ()) -> None:
+    """A frame as a rich table that fits the terminal (see forensics.cli_table). Cells are
+    plain text: ``[s]glang`` prints as typed, never as markup."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, show_lines=False, header_style="bold")
-    for col in df.columns:
-        numeric = df[col].dtype.is_numeric()
-        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
-    for row in df.iter_rows():
-        table.add_row(*(fmt_cell(v) for v in row))
-    Console(width=max(100, min(250, 20 * len(df.columns)))).print(table)
+    from forensics.cli_table import layout, terminal_width
+
+    width = terminal_width()
+    cells = [[fmt_cell(v) for v in row] for row in df.iter_rows()]
+    plan = layout(df.columns, cells, width, keep)
+    table = Table(title=Text(title) if title else None, show_lines=False, header_style="bold")
+    for k in plan.shown:
+        numeric = df[df.columns[k]].dtype.is_numeric()
+        table.add_column(
+            Text(plan.headers[k]),
+            justify="right" if numeric else "left",
+            overflow="fold",
+            width=plan.widths[k],
+        )
+    for row in cells:
+        table.add_row(*(Text(row[k]) for k in plan.shown))
+    console = Console(width=width)
+    console.print(table)
+    if plan.hidden:
+        console.print(
+            Text(
+                f"({len(plan.hidden)} column(s) left out to fit {width} columns: "
+                f"{', '.join(plan.hidden)}; widen the terminal or use --json / --csv)"
+            )
+        )
 
 
 def format_option(*, csv: bool = True):

@@ -10,6 +10,8 @@ import click
 from forensics.cli_common import NON_NEGATIVE, echo_json, emit_frame, format_option, get_store
 
 # The columns `forensics runs` prints as a table (JSON/CSV carry all RUN_COLUMNS).
+# what a narrow terminal keeps longest (the rest is left out first, with a note)
+KEEP_COLUMNS = ("name", "phase_reached", "gen_throughput_median", "bench_tok_s", "phase")
 TABLE_COLUMNS = [
     "name",
     "spec_algorithm",
@@ -146,7 +148,7 @@ def runs_cmd(ctx, match, fmt, all_columns):
         click.echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
         return
     cols = RUN_COLUMNS if all_columns else [c for c in TABLE_COLUMNS if c in df.columns]
-    emit_frame(df.select(cols), "table", title=f"{len(df)} run(s)")
+    emit_frame(df.select(cols), "table", title=f"{len(df)} run(s)", keep=KEEP_COLUMNS)
 
 
 @click.command("show")

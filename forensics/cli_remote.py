@@ -43,17 +43,21 @@ def register(cli: click.Group) -> None:
     @click.option("--shell", "shell_text", help="The exact chain you typed, in single quotes.")
     @click.option("--host", default=None, help="Check the log dir, disk and port on this host too.")
     @click.option("--rules", is_flag=True, help="List the lint rules instead.")
+    @click.option("--strict", is_flag=True, help="Exit 1 on warnings too (not only on errors).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     @click.pass_context
-    def lint_cmd(ctx, name, shell_text, host, rules, as_json):
+    def lint_cmd(ctx, name, shell_text, host, rules, strict, as_json):
         """Check a launch chain or recipe; explain each finding with a safer alternative.
+
+        Exits 1 when there is an error finding (with --strict: also a warning), so it can
+        guard a launch script; 0 otherwise.
 
         \b
         forensics lint --shell 'pkill -f "sglang.launch_server" && ... &'
         forensics lint sglang_eagle3_cg_2step --host gpu8
         """
         from forensics.hosts import get_host
-        from forensics.lint import host_rule_ids, lint, rules_frame
+        from forensics.lint import failing, host_rule_ids, lint, rules_frame
         from forensics.recipe import Recipe
 
         if rules:
@@ -72,6 +76,7 @@ def register(cli: click.Group) -> None:
         h = get_host(host or recipe.host) if (host or recipe.host) else None
         findings = lint(recipe, host=h)
         skipped = [] if h is not None else host_rule_ids()
+        code = 1 if failing(findings, strict=strict) else 0
         if as_json:
             echo_json(
                 {
@@ -81,7 +86,7 @@ def register(cli: click.Group) -> None:
                     "skipped": skipped,
                 },
             )
-            return
+            ctx.exit(code)
         if not findings:
             click.echo(f"{recipe.name}: no findings")
         for f in findings:
@@ -94,6 +99,7 @@ def register(cli: click.Group) -> None:
                 f"note: not checked without a host: {', '.join(skipped)} "
                 "(add --host NAME, or --host local for this machine)"
             )
+        ctx.exit(code)
 
     @cli.command(
         "launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}

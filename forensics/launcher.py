@@ -60,10 +60,12 @@ from forensics.errors import (
 )
 from forensics.lint import (
     lint,
+    mass_kills,
     parse_kill,
     pattern_regex,
     self_kill_match,
     step_kills,
+    syntax_finding,
 )
 from forensics.recipe import (
     Recipe,
@@ -236,7 +238,7 @@ def safe_chain(chain: Chain, token: str, marker: str, shell: str = "bash") -> st
             text = _replace_word(text, spec.pattern, new)
         if re.search(r"\bfuser\b", text):
             text = re.sub(r"(?<![\w/])/dev/nvidia[^\s;&|)]*", shlex.quote(marker), text)
-        if re.search(r"\bkillall_sglang\.sh\b", text):
+        if re.search(r"\bkillall_sglang\.sh\b", text) or mass_kills(step):
             text = ": skipped by --safe-patterns: " + shlex.quote(step.text)
         if text != step.text:
             replacements[step.index] = text
@@ -1311,6 +1313,7 @@ def relaunch(
         base = base.replace(name=valid_name(name))
     if base.shell is None:
         base = base.replace(shell=base.chain_text())
+    _refuse_replay(base, safe_patterns)
     token = new_token()
     orig = parse_chain(base.shell or "")
     r = _with_sim(base, sim, token)
@@ -1350,6 +1353,25 @@ def relaunch(
         if marker is not None:
             with contextlib.suppress(ForensicsError):
                 _host_for(r.host).run(f"rm -f {shlex.quote(marker)}", timeout=10)
+
+
+def _refuse_replay(recipe: Recipe, safe_patterns: bool) -> None:
+    """A chain the shell would refuse is not replayed (lint's shell-syntax finding), nor one
+    that signals every process (lint's mass-kill) unless --safe-patterns defuses it."""
+    bad = syntax_finding(recipe)
+    if bad is not None:
+        raise UsageError(
+            f"{recipe.name}: not replayed: {bad.explanation}",
+            hint="fix the chain (forensics lint --shell '...' shows where)",
+        )
+    if safe_patterns:
+        return
+    for step in recipe.chain().steps:
+        for name, what in mass_kills(step):
+            raise UsageError(
+                f"{recipe.name}: not replayed: step {step.index} `{name}` would signal {what}",
+                hint="replay it with --safe-patterns (the step is skipped), or fix the chain",
+            )
 
 
 def launch(

@@ -25,6 +25,7 @@ from forensics_parsers.shell import (
     Command,
     Step,
     launching_command_line,
+    nested_steps,
     parse_chain,
     shell_script,
 )
@@ -121,15 +122,16 @@ def _signal(value: str) -> int:
     return SIGNALS.get(v, 15)
 
 
-def parse_kill(argv: list[str]) -> KillSpec | None:
-    """A ``pkill``/``pgrep``/``killall`` argv -> KillSpec (None for anything else)."""
+def _kill_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str], str | None] | None:
+    """A ``pkill``/``pgrep``/``killall`` argv -> (program, {option: value} for the options
+    that take one, the flags, the pattern or None); None for any other program."""
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]
     if prog not in ("pkill", "pgrep", "killall"):
         return None
-    full = exact = False
-    sig = 15
+    values: dict[str, str] = {}
+    flags: list[str] = []
     pattern = None
     k = 1
     while k < len(argv):
@@ -138,28 +140,44 @@ def parse_kill(argv: list[str]) -> KillSpec | None:
             pattern = argv[k + 1] if k + 1 < len(argv) else None
             break
         if a in KILL_OPTS_WITH_VALUE:
-            if a in ("--signal", "-s") and prog != "pgrep" and k + 1 < len(argv):
-                if a == "--signal" or prog == "killall":
-                    sig = _signal(argv[k + 1])
+            values[a] = argv[k + 1] if k + 1 < len(argv) else ""
             k += 2
             continue
-        if a.startswith("--signal="):
-            sig = _signal(a.split("=", 1)[1])
-        elif a in ("-f", "--full"):
+        if a.startswith("--") and "=" in a:
+            key, value = a.split("=", 1)
+            values[key] = value
+        elif a.startswith("-") and len(a) > 1:
+            flags.append(a)
+        else:
+            pattern = a
+            break
+        k += 1
+    return prog, values, flags, pattern
+
+
+def parse_kill(argv: list[str]) -> KillSpec | None:
+    """A ``pkill``/``pgrep``/``killall`` argv -> KillSpec (None for anything else)."""
+    parsed = _kill_argv(argv)
+    if parsed is None:
+        return None
+    prog, values, flags, pattern = parsed
+    full = exact = False
+    sig = 15
+    for a, v in values.items():
+        if a == "--signal" or (a == "-s" and prog == "killall"):
+            sig = _signal(v) if prog != "pgrep" else sig
+    for a in flags:
+        if a in ("-f", "--full"):
             full = True
         elif a in ("-x", "--exact"):
             exact = True
-        elif a.startswith("-") and len(a) > 1:
+        elif not a.startswith("--"):
             body = a[1:]
             if body.isdigit() or body.upper().removeprefix("SIG") in SIGNALS:
                 sig = _signal(body)
             else:
                 full = full or ("f" in body and prog != "killall")
                 exact = exact or "x" in body
-        else:
-            pattern = a
-            break
-        k += 1
     if pattern is None:
         return None
     if prog == "killall":
@@ -172,7 +190,15 @@ _PGREP_SUB = re.compile(r"\$\(\s*(pgrep\b[^)]*)\)|`\s*(pgrep\b[^`]*)`")
 
 
 def step_kills(step: Step) -> list[KillSpec]:
-    """Pattern kills a step performs (``pkill``, ``killall``, ``kill $(pgrep -f X)``)."""
+    """Pattern kills a step performs (``pkill``, ``killall``, ``kill $(pgrep -f X)``), also
+    inside ``bash -c "…"``, ``eval "…"``, ``$(…)`` and backticks."""
+    out = _own_kills(step)
+    for sub in nested_steps(step):
+        out.extend(_own_kills(sub))
+    return out
+
+
+def _own_kills(step: Step) -> list[KillSpec]:
     out: list[KillSpec] = []
     for cmd in step.commands:
         inner, _ = cmd.unwrapped()
@@ -192,6 +218,98 @@ def step_kills(step: Step) -> list[KillSpec]:
         for i, s in enumerate(out):
             if s.program == "pgrep":
                 out[i] = dataclasses.replace(s, kills=True, signal=15)
+    return out
+
+
+def kill_targets(argv: list[str]) -> tuple[int, list[str]] | None:
+    """``kill [-SIG | -s SIG | -n SIG | --signal SIG] [--] PID...`` -> (signal, the pids as
+    written); None for any other command (or ``kill -l``)."""
+    if not argv or argv[0].rsplit("/", 1)[-1] != "kill":
+        return None
+    sig, args = None, argv[1:]
+    while args:
+        a = args[0]
+        if a == "--":
+            args = args[1:]
+            break
+        if a in ("-l", "-L", "--list", "--table"):
+            return None
+        if a in ("-s", "-n", "--signal") and len(args) > 1 and sig is None:
+            sig, args = _signal(args[1]), args[2:]
+            continue
+        if a.startswith("-") and len(a) > 1 and sig is None and not a[1:].startswith("-"):
+            sig, args = _signal(a[1:]), args[1:]
+            continue
+        break
+    return (15 if sig is None else sig), args
+
+
+def _kills_pid(*pids: str) -> Callable[[list[str]], bool]:
+    def match(argv: list[str]) -> bool:
+        t = kill_targets(argv)
+        return t is not None and any(p.strip("\"'") in pids for p in t[1])
+
+    return match
+
+
+def _selects_all_of(*options: str, values: tuple[str, ...] | None = None):
+    """pkill/killall with one of ``options`` (and, when given, one of ``values``) and no
+    pattern: everything that selector selects."""
+
+    def match(argv: list[str]) -> bool:
+        parsed = _kill_argv(argv)
+        if parsed is None or parsed[0] == "pgrep" or parsed[3] is not None:
+            return False
+        return any(o in parsed[1] and (values is None or parsed[1][o] in values) for o in options)
+
+    return match
+
+
+def _program(*names: str) -> Callable[[list[str]], bool]:
+    return lambda argv: bool(argv) and argv[0].rsplit("/", 1)[-1] in names
+
+
+# Kills that are not of one server at all (each row: what it is, how to tell, what it kills).
+MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
+    (
+        "kill -1",
+        _kills_pid("-1"),
+        "every process this user may signal; as root that is every process on the host "
+        "(sshd, your login, other users' jobs)",
+    ),
+    (
+        "kill 0",
+        _kills_pid("0", "-0", "$$", "-$$", "${$}"),
+        "the shell that runs the chain and its whole process group",
+    ),
+    (
+        "killall5",
+        _program("killall5"),
+        "every process outside its own session: as root the whole host, sshd included",
+    ),
+    (
+        "pkill -u USER",  # killall -u USER too
+        _selects_all_of("-u", "-U", "--uid", "--euid"),
+        "every process of that user, whatever it runs; for root (`-u root`, `-U 0`) the whole "
+        "host, sshd and init's children included",
+    ),
+    (
+        "pkill -g 0 / -s 0",
+        _selects_all_of("-g", "-s", "--pgroup", "--session", values=("0",)),
+        "its own process group or session: the shell that runs the chain (and over SSH the "
+        "session itself)",
+    ),
+)
+
+
+def mass_kills(step: Step) -> list[tuple[str, str]]:
+    """``(row name, what it kills)`` for each MASS_KILLS row a step (or a script nested in it)
+    matches."""
+    out = []
+    for s in [step, *nested_steps(step)]:
+        for cmd in s.commands:
+            inner, _ = cmd.unwrapped()
+            out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
     return out
 
 
@@ -303,6 +421,19 @@ _GPU_KILL = (
     re.compile(r"nvidia-smi\b.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
     re.compile(r"\bkillall_sglang\.sh\b"),
 )
+
+
+def _check_mass_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+    for step in ctx.chain.steps:
+        for name, what in mass_kills(step):
+            yield Finding(
+                rule.id,
+                rule.severity,
+                step.index,
+                step.text,
+                f"`{name}` signals {what}; nothing after it is sure to run.",
+                rule.alternative,
+            )
 
 
 def _check_gpu_collateral(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
@@ -520,29 +651,37 @@ def _check_port(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     )
 
 
-# Parser notes that mean the shell itself would refuse the chain (not our own limits).
-SYNTAX_WARNINGS = ("unterminated", "unbalanced", "the chain ends with")
-
-
 def _check_syntax(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
-    for w in ctx.chain.warnings:
-        if any(k in w for k in SYNTAX_WARNINGS):
-            yield Finding(
-                rule.id,
-                rule.severity,
-                None,
-                ctx.chain.text[:200],
-                f"{w}: the shell stops with a syntax error before any step runs, or runs "
-                "something other than what you typed",
-                rule.alternative,
-            )
+    # the shell stops at the first one: the rest would only repeat it
+    for w in ctx.chain.errors[:1]:
+        yield Finding(
+            rule.id,
+            rule.severity,
+            None,
+            ctx.chain.text[:200],
+            f"{w}: the shell stops with a syntax error before any step runs, or runs "
+            "something other than what you typed",
+            rule.alternative,
+        )
+
+
+def syntax_finding(recipe: Recipe | str) -> Finding | None:
+    """The shell-syntax finding of a chain (what ``lint`` reports), or None."""
+    rule = RULES_BY_ID["shell-syntax"]
+    if isinstance(recipe, str):
+        recipe = Recipe.from_shell(recipe)
+    chain = recipe.chain()
+    ctx = LintContext(recipe, chain, server_step(chain), "", None)
+    return next(iter(rule.check(ctx, rule)), None)
 
 
 RULES: tuple[Rule, ...] = (
     Rule(
         "shell-syntax",
         "error",
-        "an unterminated quote, an unclosed `(`/`{`, or a chain ending in `&&`/`||`",
+        "an unterminated quote or `$(`, an unclosed `(`/`{`, an operator where a command "
+        "must be (`|| b`, `a && && b`, `)))`, `;;` outside case), or a chain ending in "
+        "`&&`/`||`/`|`",
         "`bash -c` refuses the whole chain (`unexpected EOF while looking for matching`), so "
         "nothing starts and no log is written",
         "close every quote and group; wrap the chain in single quotes on your side and use "
@@ -561,6 +700,18 @@ RULES: tuple[Rule, ...] = (
         "cannot match the chain, e.g. `pkill -f '[s]glang.launch_server'` when the chain itself "
         "does not start sglang, and run it as its own ssh command",
         _check_self_kill,
+    ),
+    Rule(
+        "mass-kill",
+        "error",
+        "a kill of everything rather than of one server: `kill -9 -1`, `kill -- -1`, "
+        "`kill 0`, `killall5`, `pkill -u root`, `pkill -U 0`, also inside `bash -c`, `eval`, "
+        "`$(…)` or backticks",
+        "it signals every process the user (or root) owns: the SSH session, the launching "
+        "shell and other users' work die with the old server",
+        "stop the previous server by its process group: `forensics stop NAME` (or "
+        "`kill -TERM -- -PGID` with the pgid from its pid file)",
+        _check_mass_kill,
     ),
     Rule(
         "broad-kill",
@@ -676,6 +827,15 @@ def lint(recipe: Recipe | str, *, host: Host | None = None) -> list[Finding]:
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (f.step if f.step is not None else 10**6, order[f.severity]))
     return findings
+
+
+# Which severities make ``forensics lint`` exit 1 (docs/exit-codes.md).
+FAILING = {False: ("error",), True: ("error", "warning")}
+
+
+def failing(findings: list[Finding], *, strict: bool = False) -> list[Finding]:
+    """The findings that fail the check: errors, and with ``strict`` warnings too."""
+    return [f for f in findings if f.severity in FAILING[strict]]
 
 
 FINDING_SCHEMA = {

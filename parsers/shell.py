@@ -118,7 +118,9 @@ class Step:
 class Chain:
     text: str
     steps: list[Step]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # everything odd, syntax errors included
+    # what the shell itself refuses before running anything (``syntax error near ...``)
+    errors: list[str] = field(default_factory=list)
 
     def and_or_lists(self) -> list[list[Step]]:
         out: dict[int, list[Step]] = {}
@@ -141,19 +143,53 @@ class _Tok:
 
 def _substitution_end(text: str, i: int) -> int | None:
     """End of a ``$(...)``, ``${...}`` or backtick substitution starting at ``i`` (kept whole,
-    never evaluated), or None when none starts there."""
+    never evaluated), or None when none starts there. An unclosed one runs to the end."""
+    j = _substitution_span(text, i)
+    return None if j is None else abs(j)
+
+
+def _substitution_span(text: str, i: int) -> int | None:
+    """Like ``_substitution_end``, negated when the substitution is never closed."""
     n = len(text)
     c = text[i]
     if c == "$" and i + 1 < n and text[i + 1] in "({":
         return _skip_balanced(text, i + 2, text[i + 1], ")" if text[i + 1] == "(" else "}")
     if c == "`":
         j = text.find("`", i + 1)
-        return n if j < 0 else j + 1
+        return -n if j < 0 else j + 1
     return None
 
 
+def substitutions(text: str) -> list[str]:
+    """The bodies of the ``$(...)`` and backtick command substitutions in ``text`` that the
+    shell would run (outside single quotes, nested ones left inside their parent's body)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "'":
+            j = text.find("'", i + 1)
+            i = n if j < 0 else j + 1
+            continue
+        is_cmd = c == "`" or text.startswith("$(", i)
+        j = _substitution_end(text, i) if c in "$`" else None
+        if j is None:
+            i += 1
+            continue
+        if is_cmd and not text.startswith("$((", i):
+            start = i + (1 if c == "`" else 2)
+            closed = text[j - 1] == ("`" if c == "`" else ")") and j - 1 >= start
+            out.append(text[start : j - 1] if closed else text[start:])
+        i = j
+    return out
+
+
 def _skip_balanced(text: str, i: int, open_: str, close: str) -> int:
-    """Index after the bracket closing the one at text[i-1]; quotes inside are honoured."""
+    """Index after the bracket closing the one at text[i-1] (quotes inside are honoured);
+    minus the text's length when it is never closed."""
     depth = 1
     n = len(text)
     while i < n:
@@ -176,7 +212,7 @@ def _skip_balanced(text: str, i: int, open_: str, close: str) -> int:
             if depth == 0:
                 return i + 1
         i += 1
-    return n
+    return -n
 
 
 def _skip_dquote(text: str, i: int) -> tuple[str, int]:
@@ -209,9 +245,11 @@ def _skip_dquote(text: str, i: int) -> tuple[str, int]:
     return "".join(out), -1  # unterminated
 
 
-def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
+def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
+    """(tokens, notes, syntax errors the shell would refuse the text for)."""
     toks: list[_Tok] = []
     warnings: list[str] = []
+    errors: list[str] = []
     i, n = 0, len(text)
     while i < n:
         c = text[i]
@@ -231,7 +269,7 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
             continue
         two = text[i : i + 2]
         if two in ("&&", "||", ";;"):
-            toks.append(_Tok("op", two if two != ";;" else ";", i, i + 2))
+            toks.append(_Tok("op", two, i, i + 2))
             i += 2
             continue
         # redirections (with an optional fd prefix handled in the word reader)
@@ -265,7 +303,7 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
             if c == "'":
                 j = text.find("'", i + 1)
                 if j < 0:
-                    warnings.append(f"unterminated single quote at offset {i}")
+                    errors.append(f"unterminated single quote at offset {i}")
                     out.append(text[i + 1 :])
                     i = n
                     break
@@ -276,15 +314,19 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
                 value, j = _skip_dquote(text, i + 1)
                 out.append(value)
                 if j < 0:
-                    warnings.append(f"unterminated double quote at offset {i}")
+                    errors.append(f"unterminated double quote at offset {i}")
                     i = n
                     break
                 i = j
                 continue
-            j = _substitution_end(text, i)
+            j = _substitution_span(text, i)
             if j is not None:
-                out.append(text[i:j])
-                i = j
+                if j < 0:
+                    errors.append(
+                        f"unterminated {'`' if c == '`' else text[i : i + 2]} at offset {i}"
+                    )
+                out.append(text[i : abs(j)])
+                i = abs(j)
                 continue
             out.append(c)
             i += 1
@@ -296,7 +338,7 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str]]:
             i += len(matched)
             continue
         toks.append(_Tok("word", word, start, i))
-    return toks, warnings
+    return toks, warnings, errors
 
 
 # --------------------------------------------------------------------------- parser
@@ -334,10 +376,60 @@ def _command(text: str, toks: list[_Tok]) -> Command:
     return Command(argv=argv, text=src, assignments=assignments, redirects=redirects)
 
 
+# What the shell refuses before running anything ("syntax error near unexpected token"):
+# token -> the tokens right before it after which it may not come ("start": the beginning;
+# "redir": a redirection still waiting for its file; "end": the end of the text).
+_OPERATORS = ("&&", "||", "|", ";", "&", ";;")
+_NO_COMMAND_YET = ("start", "(", "\n", "redir", *_OPERATORS)
+SYNTAX_RULES: dict[str, tuple[str, ...]] = {
+    **{op: _NO_COMMAND_YET for op in _OPERATORS},
+    ")": ("start", "(", "&&", "||", "|", "redir"),
+    "\n": ("redir",),
+    "end": ("&&", "||", "|", "redir"),
+}
+
+
+def _syntax_errors(toks: list[_Tok]) -> list[str]:
+    """Operators where a command must be, unmatched ``)``/``}``, ``;;`` outside ``case``."""
+    errors: list[str] = []
+    in_case = any(t.kind == "word" and t.value == "case" for t in toks)
+    prev, parens, braces = "start", 0, 0
+    for t in [*toks, _Tok("end", "end", -1, -1)]:
+        key = t.value if t.kind in ("op", "end") else t.kind
+        command_position = prev in ("start", "(", "\n", *_OPERATORS)
+        if in_case and key in (")", ";;"):
+            prev = key
+            continue
+        if key == ";;":
+            errors.append("syntax error near unexpected token `;;` (only a `case` uses it)")
+        elif prev in SYNTAX_RULES.get(key, ()):
+            if key == "end":
+                errors.append(
+                    f"the chain ends with '{prev}'"
+                    if prev != "redir"
+                    else "syntax error: the redirection at the end names no file"
+                )
+            else:
+                errors.append(
+                    f"syntax error near unexpected token `{key.replace(chr(10), 'newline')}`"
+                )
+        elif key == ")" and parens == 0:
+            errors.append("syntax error near unexpected token `)`: no `(` opens it")
+        parens += (key == "(") - (key == ")" and parens > 0)
+        if key == "word" and command_position and t.value in ("{", "}"):
+            if t.value == "}" and braces == 0:
+                errors.append("syntax error near unexpected token `}`: no `{` opens it")
+            braces = max(0, braces + (1 if t.value == "{" else -1))
+        prev = key
+    return errors
+
+
 def parse_chain(text: str) -> Chain:
-    """Split a shell chain into steps. Never raises; oddities go to ``Chain.warnings``."""
+    """Split a shell chain into steps. Never raises; oddities go to ``Chain.warnings``, what
+    the shell would refuse to run at all also to ``Chain.errors``."""
     text = text if isinstance(text, str) else str(text)
-    toks, warnings = tokenize(text)
+    toks, notes, errors = tokenize(text)
+    errors.extend(_syntax_errors(toks))
     steps: list[Step] = []
     cur: list[_Tok] = []  # tokens of the current step
     depth = 0
@@ -384,10 +476,10 @@ def parse_chain(text: str) -> Chain:
             depth += 1
         elif t.kind == "word" and t.value == "}" and depth:
             depth -= 1
-        if depth == 0 and t.kind == "op" and t.value in LIST_OPS:
+        if depth == 0 and t.kind == "op" and t.value in (*LIST_OPS, ";;"):
             if t.value == "\n" and not cur:
                 continue
-            connector = ";" if t.value == "\n" else t.value
+            connector = ";" if t.value in ("\n", ";;") else t.value
             close_step(connector)
             if connector in (";", "&"):
                 if connector == "&":
@@ -400,13 +492,11 @@ def parse_chain(text: str) -> Chain:
             continue
         cur.append(t)
     if depth:
-        warnings.append("unbalanced group: a '(' or '{' is not closed")
+        errors.append("unbalanced group: a '(' or '{' is not closed")
     close_step(None)
-    if steps and steps[-1].connector in ("&&", "||", "|"):
-        warnings.append(f"the chain ends with '{steps[-1].connector}'")
     if steps and steps[-1].connector == ";":
         steps[-1].connector = None
-    return Chain(text=text, steps=steps, warnings=warnings)
+    return Chain(text=text, steps=steps, warnings=[*errors, *notes], errors=errors)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -463,6 +553,42 @@ def shell_script(argv: list[str]) -> str | None:
         if not arg.startswith("-"):
             return None
     return None
+
+
+# Commands that run a script given as an argument: name -> how the script is found.
+SCRIPT_RUNNERS = {
+    "eval": lambda args: " ".join(args),  # eval "pkill -f x" runs its joined arguments
+    "su": lambda args: next((args[k + 1] for k, a in enumerate(args[:-1]) if a == "-c"), None),
+}
+NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
+
+
+def nested_scripts(cmd: Command) -> list[str]:
+    """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``,
+    ``eval ARGS``, ``su -c SCRIPT`` (after wrappers), and its ``$(...)`` / backtick
+    substitutions."""
+    script = shell_script(cmd.argv)
+    inner, _ = unwrap(cmd.argv)
+    if script is None and inner and inner[0].rsplit("/", 1)[-1] in SCRIPT_RUNNERS:
+        script = SCRIPT_RUNNERS[inner[0].rsplit("/", 1)[-1]](inner[1:])
+    # a substitution inside the script is the script's own (read when the script is)
+    out = [b for b in substitutions(cmd.text) if not (script and b in script)]
+    return [*out, script] if script else out
+
+
+def nested_steps(step: Step, _depth: int = 0) -> list[Step]:
+    """Every step the shell would run inside ``step`` (``bash -c``, ``eval``, ``$(...)``,
+    backticks), recursively; their ``index`` is that of the outer step."""
+    if _depth >= NESTING_LIMIT:
+        return []
+    out: list[Step] = []
+    for cmd in step.commands:
+        for script in nested_scripts(cmd):
+            for sub in parse_chain(script).steps:
+                sub.index = step.index
+                out.append(sub)
+                out.extend(nested_steps(sub, _depth + 1))
+    return out
 
 
 def launching_command_line(chain_text: str, shell: str = "bash") -> str:

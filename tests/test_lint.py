@@ -121,14 +121,14 @@ def test_safe_patterns_keep_self_kill_and_touch_nothing_else(tmp_path):
 def test_cli_lint_json_and_text():
     runner = CliRunner()
     res = runner.invoke(cli, ["lint", "--shell", SEED, "--json"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # the seed chain has errors
     data = json.loads(res.output)
     assert data["name"] == "sglang_eagle3_cg_2step"
     assert {"cleanup-self-kill", "broad-kill", "gpu-collateral-kill", "and-after-pkill"} <= {
         f["id"] for f in data["findings"]
     }
     res = runner.invoke(cli, ["lint", "--shell", SEED])
-    assert res.exit_code == 0 and "step 1 [error] cleanup-self-kill" in res.output
+    assert res.exit_code == 1 and "step 1 [error] cleanup-self-kill" in res.output
     res = runner.invoke(cli, ["lint", "--rules", "--json"])
     assert "gpu-collateral-kill" in res.output
 
