@@ -1076,6 +1076,51 @@ def classify_text(text: str, model: Model | None = None, *, path: str = "<text>"
     return [verdict(a, model) for a in analyses_for(frames, path)]
 
 
+# The most of a paste that `forensics classify -` reads (a paste is an excerpt; a whole log is
+# better given by its path, which is read in full).
+PASTE_MAX = 32 << 20
+
+
+def read_paste(stream, limit: int | None = None) -> tuple[bytes, bool]:
+    """At most ``limit`` (``PASTE_MAX``) bytes of a binary stream, cut at the last newline
+    past the limit; True when there was more (the rest is not read: an endless stream cannot
+    hang us)."""
+    limit = PASTE_MAX if limit is None else limit
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        b = stream.read(min(1 << 20, limit + 1 - size))
+        if not b:
+            break
+        chunks.append(b)
+        size += len(b)
+    data = b"".join(chunks)
+    if len(data) <= limit:
+        return data, False
+    data = data[:limit]
+    nl = data.rfind(b"\n")
+    return (data[: nl + 1] if nl > 0 else data), True
+
+
+def classify_bytes(
+    data: bytes, model: Model | None = None, *, path: str = "<stdin>"
+) -> list[Verdict]:
+    """Verdicts of a log given as bytes (a paste): no file age, so a stop mid-stage is hung."""
+    from forensics_parsers.sglang import parse_bytes
+
+    if data[:2] == b"\x1f\x8b":
+        import gzip
+
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise UsageError(
+                f"{path}: not a readable gzip stream ({exc})", hint="paste the log's text"
+            ) from None
+    frames = parse_bytes(data, path)
+    return [verdict(a, model) for a in analyses_for(frames, path)]
+
+
 def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
     out = {}
     for name in ("runs", "events", "errors", "lines", "decode"):

@@ -80,18 +80,24 @@ def register(cli: click.Group) -> None:
 
         A LOG may be remote: NAME:/path/x.log (a host of forensics.toml) or
         ssh://user@host[:port]/path/x.log; quoted globs are expanded on that host.
+        `-` reads a paste from standard input (its first 32 MiB; the rest is not read).
         """
         from forensics import classifier
         from forensics.diagnose import classify_location
         from forensics.errors import InputNotFound
 
-        paths = _expand_globs(paths)
+        if "-" in paths and len(paths) > 1:
+            raise click.UsageError("`-` (a paste on standard input) goes alone: classify - < x.log")
+        paths = paths if paths == ("-",) else _expand_globs(paths)
         store = get_store(ctx)
         model = classifier.load_model(store)
         out = []
         missing = []
         for p in paths:
             try:
+                if p == "-":
+                    out += [v.as_dict() for v in _classify_stdin(model)]
+                    continue
                 out += [v.as_dict() for v in classify_location(p, model)]
             except InputNotFound as exc:
                 if len(paths) == 1:
@@ -115,6 +121,26 @@ def register(cli: click.Group) -> None:
             click.echo(f"Error: {m}", err=True)
         if missing:
             ctx.exit(4)
+
+    def _classify_stdin(model):
+        import sys
+
+        from forensics import classifier
+        from forensics.errors import UsageError
+
+        if sys.stdin.isatty():
+            click.echo("paste the log, then Ctrl-D on a line of its own", err=True)
+        data, cut = classifier.read_paste(sys.stdin.buffer)
+        if cut:
+            size = f"{classifier.PASTE_MAX / 2**20:g} MiB"
+            click.echo(
+                f"Warning: <stdin>: more than {size}; classified its first {size} "
+                "(give the log's path to classify all of it)",
+                err=True,
+            )
+        if not data.strip():
+            raise UsageError("<stdin>: empty paste", hint="pipe or paste a log: classify - < x.log")
+        return classifier.classify_bytes(data, model, path="<stdin>")
 
     @classify_group.command("train")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -147,10 +173,33 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="Cross-validation folds.",
     )
-    def classify_eval(as_json: bool, folds: int) -> None:
-        """Held-out and grouped cross-validated precision, recall, macro-F1, confusion."""
+    @click.option(
+        "--real",
+        "real_dir",
+        default=None,
+        type=click.Path(file_okay=False),
+        help="Score a labelled folder of real logs (labels.csv + <id>.log, the format of "
+        "shared/real-logs-dev) instead of the shipped corpus.",
+    )
+    def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
+        """Held-out and grouped cross-validated precision, recall, macro-F1, confusion.
+
+        With --real DIR: accuracy, macro-F1 over the six phases on the decidable excerpts,
+        the share wrong with confidence >= 0.8, calibration (ECE, reliability) and, with
+        --json, one row per file.
+        """
         from forensics import classifier
 
+        if real_dir is not None:
+            from forensics import real_eval
+
+            rr = real_eval.evaluate_real(real_dir)
+            if as_json:
+                echo_json(rr)
+            else:
+                for line in real_eval.render(rr):
+                    click.echo(line)
+            return
         r = classifier.evaluate(folds=folds)
         if as_json:
             echo_json(r)

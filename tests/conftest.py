@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-SHARED = ROOT.parent / "shared"
+# ../shared beside the checkout (CI), or FORENSICS_SHARED (a git worktree elsewhere)
+SHARED = Path(os.environ.get("FORENSICS_SHARED") or ROOT.parent / "shared")
 
 # Each plugin module is optional while the suite is being built; all of them are loaded.
 pytest_plugins = [

@@ -1,0 +1,134 @@
+"""`forensics classify -` (a paste on stdin) and `forensics classify eval --real DIR`.
+
+The real-corpus figures are measured on ../shared/real-logs-dev (never copied into the
+repository; the classifier is not trained on it, so each file is scored directly).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from forensics import classifier, real_eval
+from forensics.cli import cli, main
+from tests.conftest import FIXTURES
+
+CAPTURE_LOG = FIXTURES / "sglang_fail_capture.log"
+OK_LOG = FIXTURES / "sglang_eagle3_cg_5dt.log"
+
+
+def test_paste_on_stdin_is_classified_like_the_file():
+    text = CAPTURE_LOG.read_bytes()  # bytes: its tqdm `\r`s stay as they are
+    res = CliRunner().invoke(cli, ["classify", "-", "--json"], input=text)
+    assert res.exit_code == 0, res.output
+    (got,) = json.loads(res.output)
+    (want,) = classifier.classify_file(CAPTURE_LOG, classifier.load_model(None))
+    assert got["path"] == "<stdin>"
+    assert got["phase"] == want.phase == "capture"
+    assert got["signature"] == want.signature
+    assert [e["line"] for e in got["evidence"]] == [e["line"] for e in want.evidence]
+
+
+def test_empty_paste_is_a_usage_error_and_dash_goes_alone(capsys):
+    res = CliRunner().invoke(cli, ["classify", "-"], input="")
+    assert res.exit_code == 2
+    assert "empty paste" in res.output
+    res = CliRunner().invoke(cli, ["classify", "-", str(OK_LOG)], input="x\n")
+    assert res.exit_code == 2
+
+
+class _Endless(io.RawIOBase):
+    """A stream that never ends (``yes | forensics classify -``)."""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return (b"y\n" * (n // 2 + 1))[: max(n, 1)]
+
+
+def test_paste_is_bounded_cut_at_a_line_and_says_so():
+    data, cut = classifier.read_paste(_Endless(), limit=1000)
+    assert cut and len(data) <= 1000 and data.endswith(b"\n")
+    data, cut = classifier.read_paste(io.BytesIO(b"a\nb\n"), limit=1000)
+    assert (data, cut) == (b"a\nb\n", False)
+
+
+def test_paste_past_the_cap_warns_on_stderr(monkeypatch):
+    monkeypatch.setattr(classifier, "PASTE_MAX", 4096)
+    text = OK_LOG.read_bytes()
+    assert len(text) > 4096
+    res = CliRunner().invoke(cli, ["classify", "-"], input=text)
+    assert res.exit_code == 0, res.output
+    assert "Warning: <stdin>: more than" in res.stderr and "classified its first" in res.stderr
+
+
+def _folder(tmp_path, rows):
+    d = tmp_path / "real"
+    d.mkdir()
+    lines = ["id,source_url,phase6,decidable"]
+    for i, (src, url, phase, dec) in enumerate(rows, 1):
+        shutil.copy(src, d / f"{i:03d}.log")
+        lines.append(f"{i:03d},{url},{phase},{dec}")
+    (d / "labels.csv").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_eval_real_scores_a_labelled_folder(tmp_path):
+    d = _folder(
+        tmp_path,
+        [
+            (CAPTURE_LOG, "https://github.com/a/b/issues/1#c", "capture", "yes"),
+            (OK_LOG, "https://github.com/a/b/issues/1", "ok", "yes"),
+            (OK_LOG, "https://github.com/c/d/blob/0123/x.log", "runtime", "no"),  # wrong on purpose
+        ],
+    )
+    r = real_eval.evaluate_real(d)
+    assert r["n"] == 3 and r["n_decidable"] == 2 and r["groups"] == 2
+    assert [f["right"] for f in r["files"]] == [True, True, False]
+    assert r["accuracy"] == round(2 / 3, 3) and r["accuracy_decidable"] == 1.0
+    assert r["macro_f1_decidable"] == 1.0
+    assert r["trained_on_folder"] is False
+    res = CliRunner().invoke(cli, ["classify", "eval", "--real", str(d)])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "macro" in out and "accuracy" in out and "F1" in out and "ECE" in out
+    assert "003 runtime -> ok" in out
+    res = CliRunner().invoke(cli, ["classify", "eval", "--real", str(d), "--json"])
+    assert json.loads(res.output)["files"][2]["label"] == "runtime"
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [("nofolder", 3), ("nolabels", 3), ("nocolumn", 2), ("badphase", 2), ("nofile", 3)],
+)
+def test_eval_real_bad_folder_is_one_line_with_its_exit_code(tmp_path, capsys, change, code):
+    d = _folder(tmp_path, [(OK_LOG, "", "ok", "yes")])
+    if change == "nofolder":
+        d = tmp_path / "absent"
+    elif change == "nolabels":
+        (d / "labels.csv").unlink()
+    elif change == "nocolumn":
+        (d / "labels.csv").write_text("id,phase\n001,ok\n")
+    elif change == "badphase":
+        (d / "labels.csv").write_text("id,phase6,decidable\n001,crashed,yes\n")
+    elif change == "nofile":
+        (d / "001.log").unlink()
+    with pytest.raises(SystemExit) as exc:
+        main(["classify", "eval", "--real", str(d)])
+    assert exc.value.code == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: ")
+
+
+def test_group_is_the_thread_or_the_repository():
+    g = real_eval.group_of
+    assert g("https://github.com/sgl-project/sglang/issues/123#issuecomment-9", "x") == (
+        "sgl-project/sglang/issues/123"
+    )
+    assert g("https://github.com/Org/Repo/blob/abc/logs/x.log", "x") == "org/repo"
+    assert g("", "007") == "007"
