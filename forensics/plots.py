@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import RunNotFound, UsageError
+from forensics.output import check_out_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -68,7 +69,9 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_figure(fig: Figure, out: str | Path) -> Path:
-    """Save as PNG or SVG (by extension); the folder must exist."""
+    """Save as PNG or SVG (by extension) through ``forensics.output.write_output``."""
+    from forensics.output import write_output
+
     path = Path(out)
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -76,32 +79,11 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
             f"{path}: unknown image format {path.suffix or '(no extension)'}",
             hint="end --out with .png or .svg",
         )
-    check_out_path(path)
-    try:
-        fig.savefig(path, format=fmt, dpi=110)
-    except OSError as exc:
-        raise UsageError(
-            f"{path}: cannot write the image ({exc.strerror or exc})",
-            hint="pick a writable --out",
-        ) from exc
+    check_out_path(path)  # before rendering: a bad --out fails fast
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110)
+    write_output(path, buf.getvalue(), what="the image")
     return path
-
-
-def check_out_path(path: Path) -> None:
-    """--out must name a file in an existing folder (not a folder, not under a file)."""
-    if path.is_dir():
-        raise UsageError(f"{path}: is a folder", hint=f"--out {path / ('forensics' + '.png')}")
-    parent = path.parent
-    if not parent.exists():
-        # the nearest existing ancestor tells a missing folder from a file in the way
-        up = parent
-        while not up.exists() and up != up.parent:
-            up = up.parent
-        if up.exists() and not up.is_dir():
-            raise UsageError(f"{up}: is a file, not a folder", hint="pick another --out")
-        raise UsageError(f"{parent}: no such folder", hint="create it or pick another --out")
-    if not parent.is_dir():
-        raise UsageError(f"{parent}: is a file, not a folder", hint="pick another --out")
 
 
 def figure_bytes(fig: Figure, fmt: str = "png") -> bytes:

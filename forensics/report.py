@@ -357,21 +357,12 @@ def write_report(
     *,
     baseline: str | float | None = None,
 ) -> Path:
-    from forensics.plots import check_out_path
+    from forensics.output import check_out_path, write_output
 
     path = Path(out)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'report.html'}")
-    check_out_path(path)
+    check_out_path(path)  # before building: a bad --out fails fast
     text = build_report(store, match, baseline=baseline)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(
-            f"{path}: cannot write the report ({exc.strerror or exc})",
-            hint="pick a writable --out",
-        ) from exc
+    write_output(path, text, what="the report")
     return path
