@@ -1574,6 +1574,10 @@ def resolve_run(store: Store, match: str) -> tuple[str, str]:
     return str(row["run_id"]), str(row.get("name") or row["run_id"])
 
 
+def _round(v: float | None) -> int | None:
+    return None if v is None else int(round(v))
+
+
 def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
     import polars as pl
 
@@ -1589,6 +1593,12 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "rate": rep.config.rate,
         "num_prompts": len(rep.results),
         "max_new_tokens": rep.config.max_new_tokens,
+        # the benchmark's shape, as imported results have it (forensics/bench_results.py):
+        # tokens per prompt the server counted (median), tokens per answer asked for
+        "input_len": _round(
+            percentile([r.prompt_tokens for r in rep.results if r.ok and r.prompt_tokens], 50)
+        ),
+        "output_len": rep.config.max_new_tokens,
         "completed": s["completed"],
         "failed": s["failed"],
         "output_tokens": s["output_tokens"],
@@ -1633,6 +1643,8 @@ def bench_frames(rep: BenchReport) -> tuple[pl.DataFrame, pl.DataFrame]:
         "rate": pl.Float64,
         "num_prompts": pl.Int64,
         "max_new_tokens": pl.Int64,
+        "input_len": pl.Int64,
+        "output_len": pl.Int64,
         "completed": pl.Int64,
         "failed": pl.Int64,
         "output_tokens": pl.Int64,
@@ -1738,31 +1750,43 @@ def accept_len_from_log(store: Store, rep: BenchReport) -> None:
     ``accept len`` of its Decode batch lines stamped inside the benchmark (log clock = this
     machine's clock for a local run; for a remote host the two clocks must agree).
     """
-    import polars as pl
-
     from forensics.ingest import ingest
 
     if not rep.run_id or ":" not in rep.run_id:
         return
-    sid, _, idx = rep.run_id.rpartition(":")
+    sid = rep.run_id.rpartition(":")[0]
     source = store.sources().get(sid)
     if source is None:
         return
     ingest(store, [_location(source)])
-    dec = store.table("decode")
-    if dec.is_empty():
-        return
-    t0 = rep.started_at.replace(microsecond=0)
-    t1 = rep.started_at + dt.timedelta(seconds=rep.duration_s + 1)
+    rep.accept_len_log, rep.accept_len_log_lines = log_accept_len(
+        store, rep.run_id, rep.started_at, rep.duration_s
+    )
+
+
+def log_accept_len(
+    store: Store, run_id: str, started_at: dt.datetime, duration_s: float, decode: Any = None
+) -> tuple[float | None, int | None]:
+    """Mean ``accept len`` of the run's Decode batch lines stamped inside a benchmark's
+    window (whole seconds, as the log prints them), and how many there were.
+    ``decode``: the decode table when the caller already read it."""
+    import polars as pl
+
+    sid, _, idx = run_id.rpartition(":")
+    dec = store.table("decode") if decode is None else decode
+    if dec.is_empty() or not sid:
+        return None, None
+    t0 = started_at.replace(microsecond=0)
+    t1 = started_at + dt.timedelta(seconds=duration_s + 1)
     win = dec.filter(
         (pl.col("source_id") == sid)
         & (pl.col("run_index") == int(idx))
         & pl.col("ts").is_between(t0, t1)
         & pl.col("accept_len").is_not_null()
     )
-    if not win.is_empty():
-        rep.accept_len_log = float(win["accept_len"].cast(pl.Float64).mean())
-        rep.accept_len_log_lines = len(win)
+    if win.is_empty():
+        return None, None
+    return float(win["accept_len"].cast(pl.Float64).mean()), len(win)
 
 
 def save_bench(store: Store, rep: BenchReport) -> str:

@@ -54,14 +54,24 @@ def register(cli: click.Group) -> None:
     is_flag=True,
     help="First contact with an SSH host: record its key (a changed key is still refused).",
 )
+@click.option(
+    "--run",
+    metavar="NAME",
+    help="Attach the benchmark results files among INPUTS to this run "
+    "(default: by time window, else by the server they name).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.pass_context
-def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_host, as_json):
-    """Parse SGLang server logs into the store.
+def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_host, run, as_json):
+    """Parse SGLang server logs and benchmark results into the store.
 
     INPUTS are files, folders, globs (quoted, expanded by forensics), ssh://user@host/path/*.log
     or NAME:/path/*.log for a host named in forensics.toml. Idempotent and incremental:
     unchanged files are skipped, grown files are read from where the last ingest stopped.
+
+    *.json / *.jsonl inputs are benchmark results: SGLang bench_serving --output-file,
+    vllm bench serve --save-result, AIPerf's profile_export_aiperf.json; each result
+    joins the run it measured (docs/bench.md, "Importing results").
     """
     from forensics.ingest import exit_code_for, ingest
 
@@ -100,6 +110,7 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
             progress=progress,
             lock_timeout=lock_timeout,
             trust_new_host=trust_new_host,
+            run=run,
         )
     data = summary.as_dict()
     if as_json:
@@ -114,6 +125,10 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
             f"{data['runs']} run(s), {data['lines_total']} lines, {data['decode_lines']} decode lines, "
             f"{data['lines_unparsed']} unrecognised, in {data['seconds']:.2f} s"
         )
+        if data["results"]:
+            click.echo(
+                f"Benchmark results: {data['results']}, {data['results_attached']} attached to a run"
+            )
         skipped = data["files_skipped"]
         if skipped:
             click.echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))

@@ -49,6 +49,8 @@ class FileOutcome:
     lines: int = 0
     decode_lines: int = 0
     bytes_parsed: int = 0
+    results: int = 0  # benchmark results of a results file (forensics/bench_results.py)
+    attached: int = 0  # ... of them attached to a run
 
 
 @dataclass
@@ -94,6 +96,8 @@ class IngestSummary:
                 )
             },
             "segments_detected": sum(f.runs for f in self.files),
+            "results": sum(f.results for f in self.files),
+            "results_attached": sum(f.attached for f in self.files),
             "seconds": round(self.seconds, 3),
             "interrupted": self.interrupted,
             "warnings": self.warnings,
@@ -280,8 +284,12 @@ def ingest(
     progress: Callable[[str, int, int, int, int], None] | None = None,
     lock_timeout: float | None = None,
     trust_new_host: bool = False,
+    run: str | None = None,
 ) -> IngestSummary:
-    """Ingest every log the inputs name. Raises InputNotFound when none exists."""
+    """Ingest every log and benchmark results file the inputs name. Raises InputNotFound
+    when none exists. ``run``: attach the results files to this run (else by time/server)."""
+    from forensics.bench_results import is_results_file
+
     t0 = time.monotonic()
     summary = IngestSummary()
     if name_pattern:
@@ -297,6 +305,15 @@ def ingest(
     files = expand_inputs(
         inputs, recursive=recursive, warn=summary.warnings.append, trust_new_host=trust_new_host
     )
+    # results files after the logs: a benchmark attaches to a run ingested in the same call
+    files.sort(key=lambda hp: is_results_file(hp[1]))
+    if run is not None and not any(is_results_file(p) for _, p in files):
+        raise UsageError(
+            f"--run {run}: no benchmark results file among the inputs",
+            hint="--run attaches *.json / *.jsonl results of bench_serving, vllm bench serve "
+            "or AIPerf to a run",
+        )
+    results_error: ForensicsError | None = None
     try:
         for i, (host, path) in enumerate(files):
             report = None
@@ -306,7 +323,13 @@ def ingest(
                     progress(_p, _i, len(files), done, total)
 
                 report(0, 0)
-            outcome = _ingest_one(store, host, path, summary, name_pattern, lock_timeout, report)
+            if is_results_file(path):
+                outcome, err = _ingest_results(store, host, path, summary, run, lock_timeout)
+                results_error = results_error or err
+            else:
+                outcome = _ingest_one(
+                    store, host, path, summary, name_pattern, lock_timeout, report
+                )
             summary.files.append(outcome)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -317,6 +340,8 @@ def ingest(
         except KeyboardInterrupt:
             pass
     summary.seconds = time.monotonic() - t0
+    if results_error is not None and all(f.status == "failed" for f in summary.files):
+        raise results_error  # nothing was ingested: the one-line error, not a summary
     unreadable = [f for f in summary.files if f.reason in ("permission", "vanished")]
     if unreadable and len(unreadable) == len(summary.files):
         # P19: nothing could be read at all -> not found (exit 3), like a missing path
@@ -340,6 +365,37 @@ def _skip(out: FileOutcome, summary: IngestSummary, reason: str, detail: str = "
     out.status, out.reason = "skipped", reason
     summary.warnings.append(f"{out.path}: " + SKIP_REASONS[reason].format(detail=detail))
     return out
+
+
+def _ingest_results(
+    store: Store,
+    host: Any,
+    path: str,
+    summary: IngestSummary,
+    run: str | None,
+    lock_timeout: float | None,
+) -> tuple[FileOutcome, ForensicsError | None]:
+    """A benchmark results file (forensics/bench_results.py); a bad one is a failed file."""
+    from forensics.bench_results import ingest_results
+    from forensics.errors import ParseError
+
+    out = FileOutcome(path=path, host=host.name, status="new", source_id=source_id(host.name, path))
+    try:
+        return ingest_results(
+            store, host, path, out, summary, run=run, lock_timeout=lock_timeout
+        ), None
+    except InputNotFound as exc:
+        return _skip(
+            out, summary, "permission" if "permission" in exc.message else "vanished"
+        ), None
+    except PermissionError:
+        return _skip(out, summary, "permission"), None
+    except OSError as exc:
+        return _skip(out, summary, "unreadable", exc.strerror or str(exc)), None
+    except ParseError as exc:
+        out.status, out.reason = "failed", "not-a-result"
+        summary.warnings.append(str(exc))
+        return out, exc
 
 
 def _ingest_one(
