@@ -26,28 +26,16 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import RunNotFound, UsageError
+from forensics.baseline import SET_BASELINE_HINT, Baseline, missing_note, resolve
+from forensics.errors import RunNotFound
 
 if TYPE_CHECKING:
     import polars as pl
 
     from forensics.store import Store
 
-# Where a failed run died, from the furthest stage it reached (phase_reached -> label).
-DIED_IN = {
-    "none": "pre-exec",
-    "args": "startup",
-    "load": "load",
-    "capture": "capture",
-    "ready": "runtime",
-}
-FAILED_REACHED = ("none", "args", "load", "capture")
-# Classifier phases that end a launch before it serves.
-STARTUP_PHASES = ("cleanup", "pre-exec", "load", "capture")
 # Below this shortfall (relative, in accept length) a family counts as "close".
 CLOSE_GAP = 0.05
-# Meta keys that may hold the baseline (bench.py's key first).
-BASELINE_META_KEYS = ("bench.baseline", "baseline")
 
 
 # --------------------------------------------------------------------------------------
@@ -127,87 +115,44 @@ def _single_stream_stats(store: Store) -> pl.DataFrame:
     )
 
 
-def _bench_batched(store: Store) -> pl.DataFrame:
-    """Per run: whether its latest benchmark (the one ``tok_s_bench`` comes from) ran more than
-    one request at a time (``--concurrency N`` or ``--rate``)."""
-    import polars as pl
-
-    schema = {"run_id": pl.String, "bench_batched": pl.Boolean}
-    df = store.table("bench")
-    if df.is_empty() or "run_id" not in df.columns or "completed" not in df.columns:
-        return pl.DataFrame(schema=schema)
-    df = df.filter(pl.col("run_id").is_not_null() & (pl.col("completed") > 0))
-    if df.is_empty():
-        return pl.DataFrame(schema=schema)
-    if "started_at" in df.columns:
-        df = df.sort("started_at")
-    multi = pl.lit(False)
-    if "concurrency" in df.columns:
-        multi = pl.col("concurrency").cast(pl.Int64, strict=False).fill_null(1) > 1
-    if "mode" in df.columns:
-        multi = (
-            pl.when(pl.col("mode").is_not_null()).then(pl.col("mode") != "single").otherwise(multi)
-        )
-    return (
-        df.with_columns(multi.alias("bench_batched"))
-        .group_by("run_id", maintain_order=True)
-        .last()
-        .select(pl.col("run_id").cast(pl.String), pl.col("bench_batched").cast(pl.Boolean))
-    )
-
-
-def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
+def run_points(
+    store: Store, match: str | None = None, *, group_by: str | list[str] | None = None
+) -> pl.DataFrame:
     """One row per run, in launch order, with what the plots and the advisor need.
 
-    Columns: the runs table's, plus ``order`` (1-based launch order), ``label`` (short
-    config), ``family``, ``spec``, ``failed``, ``died_in``, ``drafter`` (D1, D2, ... when
-    several draft models appear, else empty), ``tok_s_server`` (median gen throughput over
-    single-stream decode lines), ``tok_s_bench``, ``tok_s`` (bench, else server),
-    ``tok_s_source``, ``accept_len``, ``round_ms``, ``decode_n``, ``round_lo``/``round_hi``
-    (10th/90th percentile of the per-line round cost), ``batched`` (``tok_s`` was measured
-    with several requests in flight: a benchmark at ``--concurrency N``/``--rate``, or decode
-    lines that never show one request alone). A batched figure is not what one user sees, so
-    it is never the default baseline.
+    Columns: the runs table's (``experiment`` included), plus ``order`` (1-based launch
+    order), ``label`` (short config), ``family``, ``spec``, ``failed`` and ``died_in`` (the
+    classifier's stored verdict: a phase other than ok, or hung), ``drafter`` (D1, D2, ... when
+    an experiment has several draft models, else empty), ``tok_s_server`` (median gen
+    throughput over single-stream decode lines), ``tok_s_bench``, ``tok_s`` (bench, else
+    server), ``tok_s_source``, ``accept_len``, ``round_ms``, ``decode_n``,
+    ``round_lo``/``round_hi`` (10th/90th percentile of the per-line round cost), ``batched``
+    (``tok_s`` was measured with several requests in flight: a benchmark at
+    ``--concurrency N``/``--rate``, or decode lines that never show one request alone). A
+    batched figure is not what one user sees, so it is never the default baseline.
     """
     import polars as pl
 
     from forensics.runs import runs_table
 
-    try:
-        df = runs_table(store, match)
-    except (ImportError, OSError, ValueError, KeyError, RuntimeError):
-        # the classifier (an optional join) failing must not take the plots down with it
-        df = runs_table(store, match, classify=False)
+    df = runs_table(store, match, group_by=group_by)
     if df.is_empty() or "run_id" not in df.columns:
         return pl.DataFrame()
     ss = _single_stream_stats(store)
-    df = (
-        df.with_columns(pl.col("run_index").cast(pl.Int32))
-        .join(ss, on=["source_id", "run_index"], how="left")
-        .join(_bench_batched(store), on="run_id", how="left")
+    df = df.with_columns(pl.col("run_index").cast(pl.Int32)).join(
+        ss, on=["source_id", "run_index"], how="left"
     )
     rows = df.to_dicts()
-    drafters: list[str] = []
+    drafters: dict[str, list[str]] = {}
     for r in rows:
         d = r.get("draft_model_path")
-        if is_spec(r) and d and d not in drafters:
-            drafters.append(d)
+        seen = drafters.setdefault(r["experiment"], [])
+        if is_spec(r) and d and d not in seen:
+            seen.append(d)
     out = []
     for i, r in enumerate(rows, 1):
         spec = is_spec(r)
-        reached = r.get("phase_reached") or "none"
-        verdict = r.get("phase") if r.get("phase") not in (None, "", "ok") else None
-        decoded = bool(r.get("decode_lines") or 0)
-        hung = bool(r.get("hung"))
-        if decoded and verdict in STARTUP_PHASES:
-            # the log shows decoding: a verdict of death during startup is contradicted
-            verdict, hung = None, False
-        failed = (not decoded and (reached in FAILED_REACHED or verdict is not None)) or hung
-        died = None
-        if failed or verdict:
-            died = verdict or DIED_IN.get(reached, reached)
-            if hung:
-                died = f"hung in {died}"
+        failed, died = verdict_outcome(r.get("phase"), r.get("hung"))
         server = _num(r.get("ss_tok_s")) or _num(r.get("gen_throughput_median"))
         bench = _num(r.get("bench_tok_s"))
         accept = _num(r.get("ss_accept")) or _num(r.get("accept_len_mean"))
@@ -215,21 +160,19 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
             accept = _num(r.get("bench_accept_len"))
         tok = bench if bench is not None else server
         d = r.get("draft_model_path")
-        tag = f"D{drafters.index(d) + 1}" if (len(drafters) > 1 and spec and d) else ""
+        mine = drafters[r["experiment"]]
+        tag = f"D{mine.index(d) + 1}" if (len(mine) > 1 and spec and d) else ""
         label = short_config(r)
+        streams = r.get("streams")
         out.append(
             {
-                **{
-                    k: r.get(k)
-                    for k in df.columns
-                    if not k.startswith("ss_") and k != "bench_batched"
-                },
+                **{k: r.get(k) for k in df.columns if not k.startswith("ss_")},
                 "order": i,
                 "label": f"{label} {tag}".strip(),
                 "family": family_of(r) if spec else "baseline",
                 "spec": spec,
                 "failed": failed,
-                "crashed": bool(verdict) or failed,
+                "crashed": failed,
                 "died_in": died,
                 "drafter": tag,
                 "tok_s_server": server,
@@ -242,9 +185,9 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
                 "round_lo": _num(r.get("ss_round_lo")),
                 "round_hi": _num(r.get("ss_round_hi")),
                 "batched": bool(
-                    r.get("bench_batched") if bench is not None else r.get("ss_batched")
+                    (streams is not None and streams > 1)
+                    or (bench is not None and r.get("bench_rate") is not None)
                 ),
-                "drafters": drafters,
             }
         )
     out.extend(_logless_launches(store, rows, match))
@@ -252,10 +195,17 @@ def run_points(store: Store, match: str | None = None) -> pl.DataFrame:
         out.sort(key=lambda o: (o.get("started_at") is None, o.get("started_at") or 0))
         for i, o in enumerate(out, 1):
             o["order"] = i
-    res = pl.DataFrame(
-        [{k: v for k, v in o.items() if k != "drafters"} for o in out], infer_schema_length=None
-    )
-    return res
+    return pl.DataFrame(out, infer_schema_length=None)
+
+
+def verdict_outcome(phase: str | None, hung: bool | None) -> tuple[bool, str | None]:
+    """(failed, died_in) from the classifier's verdict, the one rule every view uses: a run
+    failed when its phase is not ``ok`` (or it hung); it died in that phase."""
+    if hung:
+        return True, f"hung in {phase}" if phase and phase not in ("ok", "hang") else "hung"
+    if phase in (None, "", "ok"):
+        return False, None
+    return True, str(phase)
 
 
 def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list[dict]:
@@ -295,6 +245,7 @@ def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list
         phase = (diag or {}).get("phase") if isinstance(diag, dict) else None
         row = {
             **cfg,
+            "experiment": _launch_experiment(rows, la.get("host")),
             "run_id": f"launch:{la.get('launch_id')}",
             "name": name,
             "path": log or None,
@@ -333,6 +284,13 @@ def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list
     return out
 
 
+def _launch_experiment(rows: list[dict], host: str | None) -> str:
+    """A launch that never wrote a log: the experiment of the latest run on its host (its
+    model and layout are unknown), else of the latest run."""
+    same = [r for r in rows if host and r.get("host") == host] or rows
+    return str(same[-1]["experiment"]) if same else "unknown"
+
+
 def drafter_legend(store: Store, match: str | None = None) -> dict[str, str]:
     """{'D1': '/data/eagle3/output_10k_sglang/4', ...} when several draft models appear."""
     pts = run_points(store, match)
@@ -356,146 +314,33 @@ def _num(v: Any) -> float | None:
 
 
 # --------------------------------------------------------------------------------------
-# The baseline
+# The baseline: one rule, in forensics.baseline (these names stay for older callers)
 # --------------------------------------------------------------------------------------
-@dataclass
-class Baseline:
-    tok_s: float
-    source: str  # "option", "meta", "run"
-    name: str | None = None
-    runs: int = 0
-    batched: bool = False  # measured with several requests in flight (only when asked for)
-
-    @property
-    def ms_per_token(self) -> float:
-        return 1000.0 / self.tok_s
-
-    def describe(self) -> str:
-        where = {
-            "option": "--baseline",
-            "meta": "the stored baseline",
-            "run": "best single-stream plain run",
-        }
-        txt = f"{self.tok_s:.1f} tok/s"
-        if self.name:
-            txt += f" ({self.name})"
-        txt += f" from {where.get(self.source, self.source)}"
-        if self.batched:
-            txt += " (measured with several requests in flight, not single-stream)"
-        return txt
-
-
-# How to set a baseline by hand (named in every "no baseline" sentence).
-SET_BASELINE_HINT = (
-    "forensics baseline --tok-s X (or forensics baseline RUN for a run benchmarked "
-    "single-stream), or --baseline TOK_S"
-)
-
-
-def _parse_tok_s(value: str) -> float | None:
-    text = value.strip().lower().removesuffix("tok/s").strip()
-    try:
-        f = float(text)
-    except ValueError:
-        return None
-    if not math.isfinite(f) or f <= 0:
-        raise UsageError(f"--baseline {value}: tok/s must be a positive number")
-    return f
-
-
 def resolve_baseline(
-    store: Store, baseline: str | float | None = None, points: pl.DataFrame | None = None
+    store: Store,
+    baseline: str | float | None = None,
+    points: pl.DataFrame | None = None,
+    experiment: str | None = None,
 ) -> Baseline | None:
-    """The baseline every view compares with (advise, plot trend/accept, report).
-
-    --baseline (a tok/s figure or a run), else the stored baseline (``forensics baseline``),
-    else the best *single-stream* plain run: what one user sees. A plain run measured only
-    with several requests in flight (batched) is never chosen by default: with only such
-    runs there is no baseline (:func:`missing_baseline_note` says why and how to set one).
-    """
+    """The baseline of ``experiment`` (default: the main one of ``points``, the experiment
+    with the most runs): :func:`forensics.baseline.resolve`."""
+    from forensics.experiment import order
 
     if points is None:
         points = run_points(store)
-    if baseline is not None and str(baseline).strip():
-        tok = _parse_tok_s(str(baseline))
-        if tok is not None:
-            return Baseline(tok, "option")
-        return _baseline_from_run(store, str(baseline), "option")
-    for key in BASELINE_META_KEYS:
-        value = store.get_meta(key)
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            tok = _num(value.get("tok_s"))
-            if tok:
-                return Baseline(tok, "meta", value.get("name") or value.get("run_id"))
-            ref = value.get("run_id") or value.get("name")
-            if ref:
-                return _baseline_from_run(store, str(ref), "meta")
-        elif isinstance(value, int | float) and value > 0:
-            return Baseline(float(value), "meta")
-        elif isinstance(value, str):
-            tok = _parse_tok_s(value)
-            return Baseline(tok, "meta") if tok else _baseline_from_run(store, value, "meta")
-    single = _plain_runs(points, batched=False)
-    if single.is_empty():
-        return None
-    best = single.sort("tok_s", descending=True).row(0, named=True)
-    return Baseline(float(best["tok_s"]), "run", best["name"], runs=len(single))
+    exps = order(points)
+    if experiment is None:
+        experiment = exps[0] if exps else ""
+    return resolve(store, points, experiment, baseline, n_experiments=len(exps))
 
 
-def _plain_runs(points: pl.DataFrame, *, batched: bool) -> pl.DataFrame:
-    """Plain (non-speculative) runs with a tok/s, single-stream or batched ones."""
-    import polars as pl
+def missing_baseline_note(points: pl.DataFrame, experiment: str | None = None) -> str:
+    from forensics.experiment import order
 
-    if points.is_empty() or "spec" not in points.columns:
-        return pl.DataFrame()
-    flag = pl.col("batched").fill_null(False) if "batched" in points.columns else pl.lit(False)
-    return points.filter(~pl.col("spec") & pl.col("tok_s").is_not_null() & (flag == batched))
-
-
-def missing_baseline_note(points: pl.DataFrame) -> str:
-    """Why there is no baseline, and how to set one (for advise, the plots and the report)."""
-    batched = _plain_runs(points, batched=True)
-    if batched.is_empty():
-        return (
-            "No baseline: no plain (non-speculative) run with a tok/s. Run the baseline (the "
-            "same model without speculative decoding) and benchmark it, or set one: "
-            f"{SET_BASELINE_HINT}."
-        )
-    names = ", ".join(batched.sort("order")["name"].head(3).to_list())
-    more = f" and {len(batched) - 3} more" if len(batched) > 3 else ""
-    return (
-        f"No single-stream baseline: the plain run(s) {names}{more} were measured with several "
-        "requests in flight, which is not what one user sees. Benchmark the plain server "
-        f"single-stream (forensics bench URL --run RUN), or set one: {SET_BASELINE_HINT}."
-    )
-
-
-def _baseline_from_run(store: Store, ref: str, source: str) -> Baseline:
-    import polars as pl
-
-    pts = run_points(store)
-    if pts.is_empty():
-        raise RunNotFound(f"--baseline {ref}: no runs in the store", hint="forensics ingest LOGS")
-    hit = pts.filter((pl.col("name") == ref) | (pl.col("run_id") == ref))
-    if hit.is_empty():
-        hit = pts.filter(pl.col("name").str.contains(ref, literal=True))
-    if hit.is_empty():
-        names = ", ".join(pts["name"].head(10).to_list())
-        raise RunNotFound(
-            f"--baseline {ref}: no run matches (runs: {names})",
-            hint="--baseline NAME or --baseline TOK_S (e.g. --baseline 90)",
-        )
-    row = hit.sort("order", descending=True).row(0, named=True)
-    if row["tok_s"] is None:
-        raise RunNotFound(
-            f"--baseline {row['name']}: this run has no tok/s (no decode lines, no benchmark)",
-            hint="benchmark it (forensics bench) or pass --baseline TOK_S",
-        )
-    return Baseline(
-        float(row["tok_s"]), source, row["name"], runs=1, batched=bool(row.get("batched"))
-    )
+    if experiment is None:
+        exps = order(points)
+        experiment = exps[0] if len(exps) > 1 else None
+    return missing_note(points, experiment)
 
 
 # --------------------------------------------------------------------------------------
@@ -618,23 +463,75 @@ def _pct(x: float) -> str:
     return f"{sign}{abs(x) * 100:.1f} %"
 
 
-def advise(store: Store, match: str | None = None, baseline: str | float | None = None) -> dict:
-    """The advisor's data: baseline, per-family estimates, verdict, what to run next."""
-    import polars as pl
+def advise(
+    store: Store,
+    match: str | None = None,
+    baseline: str | float | None = None,
+    *,
+    group_by: str | list[str] | None = None,
+) -> dict:
+    """The advisor's data, per experiment: baseline, family estimates, verdict, what next.
 
-    points = run_points(store, match)
+    Every experiment (:mod:`forensics.experiment`) is judged on its own runs against its own
+    baseline; ``experiments`` lists them, biggest first. With one experiment its fields are
+    also the top-level ones; with several the top level says so and lists every family.
+    """
+    from forensics.experiment import order
+
+    all_points = run_points(store, group_by=group_by)
+    points = run_points(store, match, group_by=group_by) if match else all_points
     if points.is_empty():
         raise RunNotFound(
             f"{match}: no run matches" if match else f"no runs in the store {store.root}",
             hint="forensics runs" if match else "forensics ingest /path/to/*.log",
         )
-    all_points = run_points(store) if match else points
-    base = resolve_baseline(store, baseline, all_points)
-    fams = estimate_families(points, base)
-    spec = points.filter(pl.col("spec"))
-    failed = points.filter(pl.col("failed"))
+    n_all = len(order(all_points))
+    sections = [
+        _advise_experiment(store, points, all_points, exp, baseline, n_all) for exp in order(points)
+    ]
+    if len(sections) == 1:
+        return {**sections[0], "experiments": sections}
+    rules = ", ".join(f"{s['verdict']['rule']} ({s['experiment']})" for s in sections[:6])
+    return {
+        "experiment": None,
+        "baseline": None,
+        "baseline_note": None,
+        "families": [f for s in sections for f in s["families"]],
+        "verdict": {
+            "rule": "several_experiments",
+            "text": (
+                f"{len(sections)} experiments (model, layout, hardware or benchmark shape "
+                f"differ): each is judged against its own baseline: {rules}"
+                + (" ..." if len(sections) > 6 else "")
+            ),
+        },
+        "next_steps": [],
+        "runs": len(points),
+        "runs_speculative": sum(s["runs_speculative"] for s in sections),
+        "runs_failed": sum(s["runs_failed"] for s in sections),
+        "experiments": sections,
+    }
+
+
+def _advise_experiment(
+    store: Store,
+    points: pl.DataFrame,
+    all_points: pl.DataFrame,
+    exp: str,
+    baseline: str | float | None,
+    n_experiments: int,
+) -> dict:
+    import polars as pl
+
+    mine = points.filter(pl.col("experiment") == exp)
+    base = resolve(store, all_points, exp, baseline, n_experiments=n_experiments)
+    fams = estimate_families(mine, base)
+    spec = mine.filter(pl.col("spec"))
+    failed = mine.filter(pl.col("failed"))
     next_steps: list[str] = []
-    base_note = missing_baseline_note(all_points) if base is None else None
+    base_note = (
+        missing_note(all_points, exp if n_experiments > 1 else None) if base is None else None
+    )
     if base_note:
         next_steps.append(base_note)
     if spec.is_empty():
@@ -660,20 +557,16 @@ def advise(store: Store, match: str | None = None, baseline: str | float | None 
             "Every speculative run had CUDA graphs off: turn them on first (they cut round cost)."
         )
     if not failed.is_empty():
-        names = ", ".join(failed["name"].to_list()[:5])
-        next_steps.append(f"Diagnose the failed run(s): forensics diagnose {names.split(', ')[0]}")
-    verdict = _verdict(fams, base, base_note)
+        first = failed["name"].to_list()[0]
+        next_steps.append(f"Diagnose the failed run(s): forensics diagnose {first}")
     return {
-        "baseline": (
-            {**asdict(base), "ms_per_token": base.ms_per_token, "text": base.describe()}
-            if base
-            else None
-        ),
+        "experiment": exp,
+        "baseline": base.as_dict() if base else None,
         "baseline_note": base_note,
-        "families": [asdict(f) for f in fams],
-        "verdict": verdict,
+        "families": [{**asdict(f), "experiment": exp} for f in fams],
+        "verdict": _verdict(fams, base, base_note),
         "next_steps": next_steps,
-        "runs": len(points),
+        "runs": len(mine),
         "runs_speculative": len(spec),
         "runs_failed": len(failed),
     }
@@ -766,7 +659,17 @@ def _verdict(
 
 
 def render_advice(data: dict) -> str:
-    """The advice as plain text for a terminal."""
+    """The advice as plain text for a terminal: one section per experiment when several."""
+    sections = data.get("experiments") or [data]
+    if len(sections) == 1:
+        return _render_section(sections[0])
+    out = [f"Verdict: {data['verdict']['text']}"]
+    for s in sections:
+        out += ["", f"== {s['experiment']} ({s['runs']} runs) ==", _render_section(s)]
+    return "\n".join(out)
+
+
+def _render_section(data: dict) -> str:
     lines = []
     base = data.get("baseline")
     if base:

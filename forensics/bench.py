@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from forensics.errors import InputNotFound, ParseError, RunNotFound, UsageError
+from forensics.errors import InputNotFound, ParseError, UsageError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -58,7 +58,7 @@ REASONS = (
     "empty_output",
     "server_error",  # the stream itself carried an error object or an abort finish reason
 )
-BASELINE_KEY = "bench.baseline"
+BASELINE_KEY = "bench.baseline"  # older stores: one baseline for all (forensics.baseline)
 HEALTH_EVERY_MIN = 0.1  # seconds between /health samples, when sampling is on
 HEALTH_TIMEOUT = 5.0  # each /health probe's deadline (bad-inputs H06: at least 5 s)
 MAX_BODY = 4096  # bytes kept of an error body (H01)
@@ -1801,80 +1801,37 @@ def save_bench(store: Store, rep: BenchReport) -> str:
 
 
 def latest_by_run(store: Store) -> pl.DataFrame:
-    """The latest benchmark of each run: run_id, bench_tok_s, bench_accept_len, bench_at."""
-    import polars as pl
+    """The latest benchmark of each run: run_id, bench_tok_s, bench_accept_len, bench_at (and
+    its shape); read by the runs table (:func:`forensics.runs.latest_bench`)."""
+    from forensics.runs import latest_bench
 
-    schema = {
-        "run_id": pl.Utf8,
-        "bench_tok_s": pl.Float64,
-        "bench_accept_len": pl.Float64,
-        "bench_at": pl.Datetime("us"),
-    }
-    df = store.table("bench")
-    if df.is_empty() or "run_id" not in df.columns:
-        return pl.DataFrame(schema=schema)
-    df = df.filter(pl.col("run_id").is_not_null() & (pl.col("completed") > 0))
-    if df.is_empty():
-        return pl.DataFrame(schema=schema)
-    return (
-        df.sort("started_at")
-        .group_by("run_id", maintain_order=True)
-        .last()
-        .select(
-            pl.col("run_id").cast(pl.Utf8),
-            pl.col("output_tok_s").cast(pl.Float64).alias("bench_tok_s"),
-            pl.coalesce(
-                pl.col("accept_len_client").cast(pl.Float64),
-                pl.col("accept_len_server").cast(pl.Float64),
-            ).alias("bench_accept_len"),
-            pl.col("started_at").cast(pl.Datetime("us")).alias("bench_at"),
-        )
-    )
+    return latest_bench(store)
 
 
-def set_baseline(store: Store, *, run: str | None = None, tok_s: float | None = None) -> dict:
-    """Mark the baseline: a run (its latest benchmark's tok/s) or a plain figure."""
-    if (run is None) == (tok_s is None):
-        raise UsageError("give a run or --tok-s X (one of them)", hint="forensics baseline RUN")
-    if tok_s is not None:
-        if not math.isfinite(tok_s) or tok_s <= 0:
-            raise UsageError(f"--tok-s {tok_s}: must be a positive number", hint="--tok-s 90")
-        value: dict[str, Any] = {"tok_s": float(tok_s), "run_id": None, "name": None}
-    else:
-        assert run is not None
-        run_id, name = resolve_run(store, run)
-        latest = latest_by_run(store)
-        import polars as pl
+def set_baseline(
+    store: Store,
+    *,
+    run: str | None = None,
+    tok_s: float | None = None,
+    experiment: str | None = None,
+) -> dict:
+    """Mark the baseline of an experiment (:func:`forensics.baseline.set_baseline`)."""
+    from forensics.baseline import set_baseline as store_baseline
 
-        hit = latest.filter(pl.col("run_id") == run_id)
-        if hit.is_empty() or hit["bench_tok_s"][0] is None:
-            raise RunNotFound(
-                f"{name}: this run has no benchmark result to use as the baseline",
-                hint=f"forensics bench URL --run {name}, or forensics baseline --tok-s X",
-            )
-        runs = store.table("bench").filter((pl.col("run_id") == run_id) & (pl.col("completed") > 0))
-        last = runs.sort("started_at").row(-1, named=True)
-        if last.get("mode") != "single" or (last.get("concurrency") or 1) > 1:
-            how = (
-                f"{last.get('rate')} req/s"
-                if last.get("mode") == "rate"
-                else f"{last.get('concurrency')} requests in flight"
-            )
-            raise UsageError(
-                f"{name}: its latest benchmark ran with {how}; a baseline is the single-stream "
-                "speed a person sees",
-                hint=f"forensics bench URL --run {name} (single stream), then forensics "
-                f"baseline {name}; or forensics baseline --tok-s X",
-            )
-        value = {"tok_s": float(hit["bench_tok_s"][0]), "run_id": run_id, "name": name}
-    value["set_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    store.set_meta(BASELINE_KEY, value)
-    return value
+    return store_baseline(store, run=run, tok_s=tok_s, experiment=experiment)
 
 
-def get_baseline(store: Store) -> dict[str, Any] | None:
-    value = store.get_meta(BASELINE_KEY)
-    return value if isinstance(value, dict) and value.get("tok_s") else None
+def get_baseline(store: Store, run_id: str | None = None) -> dict[str, Any] | None:
+    """The baseline a benchmark of ``run_id`` is compared with: its experiment's
+    (:func:`forensics.baseline.for_run`). Without a run, the stored baseline when there is
+    exactly one (a benchmark attached to no run belongs to no experiment)."""
+    from forensics import baseline
+
+    if run_id:
+        b = baseline.for_run(store, run_id)
+        return b.as_dict() if b else None
+    values = baseline.stored(store)
+    return values[0] if len(values) == 1 else None
 
 
 def baseline_text(tok_s: float | None, baseline: dict[str, Any] | None) -> str:

@@ -35,6 +35,7 @@ from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
 
 PHASES = sigs.PHASES
+STARTUP_PHASES = ("cleanup", "pre-exec", "load", "capture")  # a run that served left these
 MODEL_VERSION = 3
 CORPUS = (
     Path(__file__).resolve().parent / "data" / "corpus"
@@ -813,6 +814,10 @@ def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -
         if p is None:
             p = list(model.proba([features(a)])[0])
         phase, conf, mphase = combine(a, list(p), model.classes)
+        if a.served and phase in STARTUP_PHASES and a.rule_phase not in STARTUP_PHASES:
+            # the log shows decoding: the run did not die starting up, whatever the text
+            # model says (the rules' ok/runtime stands)
+            phase, conf = a.rule_phase or "runtime", max(conf, 0.5)
     else:
         phase, conf, mphase = a.rule_phase or "pre-exec", 0.6 if a.rule_phase else 0.2, None
     hung = a.rule_hung if phase == a.rule_phase else (phase != "ok" and a.cause is None)

@@ -139,7 +139,7 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         except ForensicsError as exc:  # the log may be on a host that is gone: keep the rest
             click.echo(f"Warning: accept length from the run's log: {exc}", err=True)
         bench.save_bench(store, rep)
-        baseline = bench.get_baseline(store)
+        baseline = bench.get_baseline(store, rep.run_id)
     else:
         baseline = None
     if as_json:
@@ -325,33 +325,57 @@ def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: boo
 @click.command("baseline")
 @click.argument("run", required=False)
 @click.option("--tok-s", type=float, help="A baseline figure instead of a run.")
-@click.option("--clear", is_flag=True, help="Forget the baseline.")
+@click.option(
+    "--experiment",
+    metavar="EXP",
+    default=None,
+    help="The experiment a --tok-s figure is for (needed when the store holds several).",
+)
+@click.option("--clear", is_flag=True, help="Forget the baseline (of --experiment, else all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def baseline_cmd(
-    ctx: click.Context, run: str | None, tok_s: float | None, clear: bool, as_json: bool
+    ctx: click.Context,
+    run: str | None,
+    tok_s: float | None,
+    experiment: str | None,
+    clear: bool,
+    as_json: bool,
 ) -> None:
-    """Mark the baseline that benchmarks are compared with ("82.3 tok/s, 0.91x baseline").
+    """Mark the baseline of an experiment ("82.3 tok/s, 0.91x baseline").
 
-    RUN takes the tok/s of that run's latest benchmark; --tok-s X sets a figure. Without
-    arguments, show the current baseline.
+    RUN takes the tok/s the advisor uses for that run (its latest single-stream benchmark,
+    else its single-stream decode lines) for the run's experiment; --tok-s X sets a figure.
+    Without arguments, list the stored baselines. Unset, an experiment's baseline is its best
+    single-stream plain run.
     """
-    from forensics import bench
+    from forensics import baseline
 
     if clear and (run is not None or tok_s is not None):
         raise click.UsageError("--clear forgets the baseline: give it without RUN or --tok-s")
     store = get_store(ctx)
     if clear:
-        store.set_meta(bench.BASELINE_KEY, None)
+        baseline.clear(store, experiment)
         value = None
     elif run is None and tok_s is None:
-        value = bench.get_baseline(store)
+        values = baseline.stored(store)
+        if as_json:
+            echo_json(values)
+            return
+        if not values:
+            click.echo("No baseline set (forensics baseline RUN, or --tok-s X).")
+        for v in values:
+            who = f"run {v['name']}" if v.get("name") else "a fixed figure"
+            exp = f" for {v['experiment']}" if v.get("experiment") else ""
+            click.echo(f"Baseline: {v['tok_s']:.1f} tok/s ({who}){exp}.")
+        return
     else:
-        value = bench.set_baseline(store, run=run, tok_s=tok_s)
+        value = baseline.set_baseline(store, run=run, tok_s=tok_s, experiment=experiment)
     if as_json:
         echo_json(value)
     elif value is None:
         click.echo("No baseline set (forensics baseline RUN, or --tok-s X).")
     else:
         who = f"run {value['name']}" if value.get("name") else "a fixed figure"
-        click.echo(f"Baseline: {value['tok_s']:.1f} tok/s ({who}).")
+        exp = f" for {value['experiment']}" if value.get("experiment") else ""
+        click.echo(f"Baseline: {value['tok_s']:.1f} tok/s ({who}){exp}.")

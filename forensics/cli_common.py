@@ -197,3 +197,14 @@ def print_launch_result(res: dict, fmt: str) -> None:
     click.echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
     if res.get("pgid") and res["status"] == "ready":
         click.echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")
+
+
+GROUP_BY_HELP = (
+    "Experiment key: which of model,layout,hardware,shape make runs comparable "
+    "(default: all four; none: one experiment)."
+)
+
+
+def group_by_option():
+    """``--group-by FIELDS``: the experiment key of forensics.experiment for this command."""
+    return click.option("--group-by", metavar="FIELDS", default=None, help=GROUP_BY_HELP)

@@ -147,10 +147,10 @@ def register(cli: click.Group) -> None:
     @click.pass_context
     def classify_train(ctx: click.Context, as_json: bool) -> None:
         """Retrain from the shipped corpus plus your labels; saved in the store (JSON)."""
-        from forensics import classifier
+        from forensics import classifier, verdicts
 
         store = get_store(ctx)
-        m = classifier.train(store)
+        m = verdicts.train(store)
         info = {
             k: m.data.get(k)
             for k in ("n_examples", "n_user_labels", "temperature", "trained_at", "digest")
@@ -345,9 +345,9 @@ def register(cli: click.Group) -> None:
     @click.pass_context
     def label_cmd(ctx: click.Context, run: str, phase: str, as_json: bool) -> None:
         """Record the right PHASE for RUN; `forensics classify train` learns from it."""
-        from forensics import classifier
+        from forensics import verdicts
 
-        rows = classifier.label(get_store(ctx), run, phase)
+        rows = verdicts.label(get_store(ctx), run, phase)
         if as_json:
             echo_json(rows)
         else:

@@ -7,13 +7,21 @@ import sys
 
 import click
 
-from forensics.cli_common import NON_NEGATIVE, echo_json, emit_frame, format_option, get_store
+from forensics.cli_common import (
+    NON_NEGATIVE,
+    echo_json,
+    emit_frame,
+    format_option,
+    get_store,
+    group_by_option,
+)
 
 # The columns `forensics runs` prints as a table (JSON/CSV carry all RUN_COLUMNS).
 # what a narrow terminal keeps longest (the rest is left out first, with a note)
 KEEP_COLUMNS = ("name", "phase_reached", "gen_throughput_median", "bench_tok_s", "phase")
 TABLE_COLUMNS = [
     "name",
+    "experiment",
     "spec_algorithm",
     "num_steps",
     "topk",
@@ -147,13 +155,14 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
 @click.argument("match", required=False)
 @format_option()
 @click.option("--all-columns", is_flag=True, help="Show every column in the table view.")
+@group_by_option()
 @click.pass_context
-def runs_cmd(ctx, match, fmt, all_columns):
-    """One table of every run (filter by a name fragment)."""
+def runs_cmd(ctx, match, fmt, all_columns, group_by):
+    """One table of every run (filter by a name fragment), with its experiment."""
     from forensics.runs import RUN_COLUMNS, find_runs, runs_table
 
     store = get_store(ctx)
-    df = runs_table(store, match)
+    df = runs_table(store, match, group_by=group_by)
     if match and df.is_empty():
         find_runs(store, match)  # raises RunNotFound naming the runs that exist
     if fmt in ("json", "csv"):

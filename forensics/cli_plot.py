@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import echo_json, get_store
+from forensics.cli_common import echo_json, get_store, group_by_option
 
 BASELINE_HELP = (
     "The baseline: a tok/s figure (90) or a run name/id. "
-    "Default: the stored baseline (forensics baseline), else the best single-stream plain run."
+    "Default: the experiment's stored baseline (forensics baseline), else its best "
+    "single-stream plain run."
+)
+EXPERIMENT_HELP = (
+    "The experiment to draw (its name or a unique fragment, as `forensics runs` shows it); "
+    "default: the one with the most runs."
 )
 
 
@@ -29,10 +34,15 @@ def register(cli: click.Group) -> None:
     help="Image file, .png or .svg (default: ./forensics-KIND.png).",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@click.option("--experiment", metavar="EXP", default=None, help=EXPERIMENT_HELP)
+@group_by_option()
 @click.option("--json", "as_json", is_flag=True, help="Print {kind, path, runs} as JSON.")
 @click.pass_context
-def plot_cmd(ctx, kind, match, out, baseline, as_json):
+def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     """Draw a plot of the runs (MATCH: a run name fragment; for `decode`, the run).
+
+    trend and accept draw one experiment (same model, layout, hardware and benchmark
+    shape) against its own baseline.
 
     \b
     trend    tok/s of every run in launch order vs the baseline; failed runs at the bottom
@@ -43,7 +53,9 @@ def plot_cmd(ctx, kind, match, out, baseline, as_json):
     from forensics.plots import make_plot
 
     store = get_store(ctx, create=False)
-    fig, path = make_plot(store, kind, match, out=out, baseline=baseline)
+    fig, path = make_plot(
+        store, kind, match, out=out, baseline=baseline, experiment=experiment, group_by=group_by
+    )
     if as_json:
         echo_json({"kind": kind, "path": str(path), "match": match})
     else:
@@ -61,17 +73,19 @@ def plot_cmd(ctx, kind, match, out, baseline, as_json):
     help="The HTML file to write.",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@group_by_option()
 @click.option("--json", "as_json", is_flag=True, help="Print {path, runs, failed} as JSON.")
 @click.pass_context
-def report_cmd(ctx, match, out, baseline, as_json):
-    """Write one self-contained HTML page: verdict, plots, runs table, failed-run diagnoses.
+def report_cmd(ctx, match, out, baseline, group_by, as_json):
+    """Write one self-contained HTML page: a contents list, then per experiment its verdict,
+    plots, configurations, runs table and failed-run diagnoses.
 
     The page needs no network and no JavaScript; open it in any browser or attach it.
     """
     from forensics.report import write_report
 
     store = get_store(ctx, create=False)
-    path = write_report(store, out, match, baseline=baseline)
+    path = write_report(store, out, match, baseline=baseline, group_by=group_by)
     if as_json:
         echo_json({"path": str(path), "match": match, "bytes": path.stat().st_size})
     else:
@@ -81,19 +95,21 @@ def report_cmd(ctx, match, out, baseline, as_json):
 @click.command("advise")
 @click.argument("match", required=False)
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
+@group_by_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates and verdict as JSON.")
 @click.pass_context
-def advise_cmd(ctx, match, baseline, as_json):
+def advise_cmd(ctx, match, baseline, group_by, as_json):
     """Is speculation worth it? Round cost per configuration and the accept length it needs.
 
     From runs with tok/s and accept length: round_ms = 1000 x accept_len / tok_s per
     configuration family; beating the baseline needs accept_len >= round_ms / baseline ms per
-    token. Says how far the drafter is from that, and what to run next.
+    token. Says how far the drafter is from that, and what to run next. Each experiment
+    (same model, layout, hardware and benchmark shape) is judged against its own baseline.
     """
     from forensics.advise import advise, render_advice
 
     store = get_store(ctx, create=False)
-    data = advise(store, match, baseline)
+    data = advise(store, match, baseline, group_by=group_by)
     if as_json:
         echo_json(data)
     else:

@@ -25,21 +25,18 @@ import polars as pl
 
 from forensics import classifier
 from forensics.errors import ForensicsError, RunNotFound
-from forensics.runs import find_runs, runs_table, stage_timeline
+from forensics.runs import (
+    COMPARED_COLUMNS,
+    CONFIG_COLUMNS,
+    find_runs,
+    runs_table,
+    stage_timeline,
+)
 
-# Config columns compared between a failed run and the runs that worked.
-CONFIG_KEYS = [
-    "model_path",
-    "draft_model_path",
-    "spec_algorithm",
-    "num_steps",
-    "topk",
-    "num_draft_tokens",
-    "cuda_graph",
-    "tp_size",
-    "mem_fraction",
-    "cuda_graph_max_bs",
-]
+# Config columns compared between a failed run and the runs that worked (declared once, in
+# forensics.runs.CONFIG_COLUMNS, with their weights).
+CONFIG_KEYS = COMPARED_COLUMNS
+SIMILARITY = {c.name: c.similarity for c in CONFIG_COLUMNS if c.similarity is not None}
 
 # Causes of a log that was never written, ranked: lint finding id -> (phase, cause text).
 # Causes without a lint finding (always possible) follow with a lower weight.
@@ -106,23 +103,7 @@ def _cfg(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
-    score = 0.0
-    weights = {
-        "model_path": 5,
-        "draft_model_path": 2,
-        "spec_algorithm": 2,
-        "tp_size": 2,
-        "cuda_graph": 1.5,
-        "num_steps": 1,
-        "topk": 1,
-        "num_draft_tokens": 1,
-        "mem_fraction": 0.5,
-        "cuda_graph_max_bs": 0.5,
-    }
-    for k, w in weights.items():
-        if a.get(k) is not None and a.get(k) == b.get(k):
-            score += w
-    return score
+    return sum(w for k, w in SIMILARITY.items() if a.get(k) is not None and a.get(k) == b.get(k))
 
 
 def _worked(df: pl.DataFrame) -> pl.DataFrame:
@@ -132,8 +113,22 @@ def _worked(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
-    """The closest successful run of a similar configuration, and how the configs differ."""
+    """The closest successful run of a similar configuration, and how the configs differ.
+
+    Only runs of the same experiment (forensics.experiment) are compared; when none of them
+    worked, the closest of another experiment is named with a warning (``warning``)."""
     ok = _worked(table).filter(pl.col("run_id") != run["run_id"])
+    warning = None
+    exp = run.get("experiment")
+    if exp is not None and "experiment" in ok.columns and not ok.is_empty():
+        same = ok.filter(pl.col("experiment") == exp)
+        if same.is_empty():
+            warning = (
+                f"no run of this experiment ({exp}) worked: the closest run is from another "
+                "experiment (model, layout, hardware or benchmark shape differ)"
+            )
+        else:
+            ok = same
     if ok.is_empty():
         return {"closest": None, "differences": [], "text": "no successful run to compare with"}
     mine = _cfg(run)
@@ -158,6 +153,8 @@ def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
         text += f" reached ready in {_fmt_s(ready)}"
     else:
         text += " worked"
+    if warning:
+        text += f" (warning: {warning})"
     tl = stage_timeline(store, best["source_id"], int(best["run_index"]))
     return {
         "closest": {
@@ -169,6 +166,7 @@ def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
         "differences": diffs,
         "differs_from_all_that_worked": common,
         "text": text,
+        "warning": warning,
     }
 
 

@@ -36,6 +36,7 @@ FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 HEAD_BYTES = 4096
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".gz")
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
+CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
 
 
 @dataclass
@@ -331,6 +332,13 @@ def ingest(
                     store, host, path, summary, name_pattern, lock_timeout, report
                 )
             summary.files.append(outcome)
+        # the verdict of a run changes with its log: classify what changed, once, here, so
+        # reading commands only read (forensics.verdicts)
+        changed = {f.source_id for f in summary.files if f.status in CHANGED}
+        if changed:
+            from forensics.verdicts import refresh
+
+            refresh(store, changed)
     except KeyboardInterrupt:
         summary.interrupted = True
         # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in

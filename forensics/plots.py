@@ -10,6 +10,7 @@ fast. Artists that tests look for carry a ``gid`` (``baseline``, ``server``, ``b
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from forensics.errors import RunNotFound, UsageError
 from forensics.output import check_out_path
 
 if TYPE_CHECKING:
+    import polars as pl
     from matplotlib.figure import Figure
 
     from forensics.store import Store
@@ -98,16 +100,81 @@ def _finish(fig: Figure, out: str | Path | None) -> Figure:
     return fig
 
 
-def _points(store: Store, match: str | None):
+def _points(store: Store, match: str | None, *, group_by: str | list[str] | None = None):
     from forensics.advise import run_points
 
-    pts = run_points(store, match)
+    pts = run_points(store, match, group_by=group_by)
     if pts.is_empty():
         raise RunNotFound(
             f"{match}: no run matches" if match else f"no runs in the store {store.root}",
             hint="forensics runs" if match else "forensics ingest /path/to/*.log",
         )
     return pts
+
+
+@dataclass
+class Scope:
+    """The runs one comparison plot draws: one experiment's, and its baseline."""
+
+    points: pl.DataFrame  # the experiment's runs (matching MATCH)
+    experiment: str
+    baseline: Any  # forensics.baseline.Baseline | None
+    note: str | None  # no baseline: why, and how to set one
+    others: list[str]  # the other experiments MATCH holds (not drawn)
+
+
+def pick_experiment(exps: list[str], wanted: str | None) -> str:
+    """``wanted`` (exact, else a unique case-insensitive fragment) among ``exps``; default
+    the first (the experiment with the most runs)."""
+    if not wanted:
+        return exps[0]
+    if wanted in exps:
+        return wanted
+    hits = [e for e in exps if wanted.lower() in e.lower()]
+    if len(hits) == 1:
+        return hits[0]
+    raise UsageError(
+        f"--experiment {wanted}: "
+        + (f"matches {len(hits)} experiments" if hits else "no such experiment"),
+        hint="one of: " + "; ".join((hits or exps)[:8]),
+    )
+
+
+def scope(
+    store: Store,
+    match: str | None = None,
+    *,
+    baseline: str | float | None = None,
+    experiment: str | None = None,
+    group_by: str | list[str] | None = None,
+) -> Scope:
+    """One experiment of the runs MATCH names and its baseline (forensics.baseline)."""
+    import polars as pl
+
+    from forensics.advise import run_points
+    from forensics.baseline import missing_note, resolve
+    from forensics.experiment import order
+
+    pts = _points(store, match, group_by=group_by)
+    all_pts = run_points(store, group_by=group_by) if match else pts
+    exps = order(pts)
+    exp = pick_experiment(exps, experiment)
+    n_all = len(order(all_pts))
+    base = resolve(store, all_pts, exp, baseline, n_experiments=n_all)
+    note = None if base else missing_note(all_pts, exp if n_all > 1 else None)
+    mine = pts.filter(pl.col("experiment") == exp)
+    return Scope(mine, exp, base, note, [e for e in exps if e != exp])
+
+
+def _scope_note(ax, sc: Scope) -> None:
+    """Name the experiment drawn, and the ones left out, under the axes."""
+    text = f"experiment: {safe_text(sc.experiment, 90)}"
+    if sc.others:
+        text += (
+            f" ({len(sc.others)} other experiment{'s' if len(sc.others) > 1 else ''} not "
+            "drawn: --experiment EXP)"
+        )
+    ax.set_xlabel(f"{ax.get_xlabel()}\n{text}")
 
 
 def _drafter_note(ax, pts) -> None:
@@ -130,12 +197,13 @@ def plot_trend(
     *,
     baseline: str | float | None = None,
     out: str | Path | None = None,
+    experiment: str | None = None,
+    group_by: str | list[str] | None = None,
 ) -> Figure:
-    """tok/s of every run in launch order, against the baseline; failed runs at the bottom."""
-    from forensics.advise import resolve_baseline, run_points
-
-    pts = _points(store, match)
-    base = resolve_baseline(store, baseline, run_points(store) if match else pts)
+    """tok/s of every run of one experiment in launch order, against its baseline; failed
+    runs at the bottom."""
+    sc = scope(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
+    pts, base = sc.points, sc.baseline
     rows = pts.to_dicts()
     n = len(rows)
     fig = new_figure(max(9.0, 0.42 * n + 3.5), 6.2)
@@ -194,7 +262,7 @@ def plot_trend(
             gid="baseline",
         )
     else:
-        _no_baseline_note(ax, run_points(store) if match else pts, width=60)
+        _no_baseline_note(ax, sc.note, width=60)
     if n <= 20:
         for r in rows:
             v = r["tok_s_bench"] if r["tok_s_bench"] is not None else r["tok_s_server"]
@@ -245,20 +313,19 @@ def plot_trend(
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     _drafter_note(ax, pts)
+    _scope_note(ax, sc)
     return _finish(fig, out)
 
 
-def _no_baseline_note(ax, points, width: int = 90) -> None:
+def _no_baseline_note(ax, note: str | None, width: int = 90) -> None:
     """Say on the plot why no baseline is drawn (e.g. only batched plain runs) and how to set
     one, rather than draw a misleading one."""
     import textwrap
 
-    from forensics.advise import missing_baseline_note
-
     ax.text(
         0.01,
         0.98,
-        textwrap.fill(safe_text(missing_baseline_note(points), 400), width),
+        textwrap.fill(safe_text(note or "No baseline.", 400), width),
         transform=ax.transAxes,
         va="top",
         ha="left",
@@ -291,15 +358,18 @@ def plot_accept(
     *,
     baseline: str | float | None = None,
     out: str | Path | None = None,
+    experiment: str | None = None,
+    group_by: str | list[str] | None = None,
 ) -> Figure:
-    """Accept length vs tok/s per run; the baseline is the break-even (below it, speculation
-    loses); each family's round cost drawn as a line tok/s = 1000 * accept_len / round_ms."""
+    """Accept length vs tok/s per run of one experiment; its baseline is the break-even (below
+    it, speculation loses); each family's round cost drawn as a line
+    tok/s = 1000 * accept_len / round_ms."""
     import polars as pl
 
-    from forensics.advise import estimate_families, resolve_baseline, run_points
+    from forensics.advise import estimate_families
 
-    pts = _points(store, match)
-    base = resolve_baseline(store, baseline, run_points(store) if match else pts)
+    sc = scope(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
+    pts, base = sc.points, sc.baseline
     spec = pts.filter(pl.col("spec") & pl.col("round_ms").is_not_null())
     fams = estimate_families(pts, base)
     fig = new_figure(13.5, 6.5)
@@ -319,7 +389,7 @@ def plot_accept(
     ax.set_xlim(1.0, x_hi)
     ax.set_ylim(0, y_hi)
     if base is None:
-        _no_baseline_note(ax, run_points(store) if match else pts)
+        _no_baseline_note(ax, sc.note)
     else:
         ax.axhspan(0, base.tok_s, color=COLORS["loses"], zorder=0)
         ax.axhspan(base.tok_s, y_hi, color=COLORS["wins"], zorder=0)
@@ -405,6 +475,7 @@ def plot_accept(
     )
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    _scope_note(ax, sc)
     return _finish(fig, out)
 
 
@@ -412,12 +483,16 @@ def plot_accept(
 # startup
 # --------------------------------------------------------------------------------------
 def plot_startup(
-    store: Store, match: str | None = None, *, out: str | Path | None = None
+    store: Store,
+    match: str | None = None,
+    *,
+    out: str | Path | None = None,
+    group_by: str | list[str] | None = None,
 ) -> Figure:
     """Per-run startup timeline as horizontal bars; failed runs end where they died."""
     from forensics.runs import stage_timeline
 
-    pts = _points(store, match)
+    pts = _points(store, match, group_by=group_by)
     rows = pts.to_dicts()
     n = len(rows)
     fig = new_figure(12.0, max(3.6, 0.42 * n + 2.6))
@@ -594,6 +669,8 @@ def make_plot(
     *,
     out: str | Path | None = None,
     baseline: str | float | None = None,
+    experiment: str | None = None,
+    group_by: str | list[str] | None = None,
 ) -> tuple[Figure, Path]:
     """Draw one kind of plot and save it (default ./forensics-<kind>.png)."""
     if kind not in KINDS:
@@ -604,12 +681,13 @@ def make_plot(
             f"{path}: unknown image format {path.suffix or '(no extension)'}",
             hint="end --out with .png or .svg",
         )
+    opts = {"baseline": baseline, "experiment": experiment, "group_by": group_by}
     if kind == "trend":
-        fig = plot_trend(store, match, baseline=baseline)
+        fig = plot_trend(store, match, **opts)
     elif kind == "accept":
-        fig = plot_accept(store, match, baseline=baseline)
+        fig = plot_accept(store, match, **opts)
     elif kind == "startup":
-        fig = plot_startup(store, match)
+        fig = plot_startup(store, match, group_by=group_by)
     else:
         fig = plot_decode(store, match or "")
     save_figure(fig, path)

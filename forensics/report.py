@@ -24,18 +24,23 @@ body { font-family: -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif; margin
        max-width: 1320px; color: #222; background: #fff; padding: 0 16px; }
 h1 { font-size: 1.6em; margin-bottom: 0.2em; }
 h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 1.6em; }
+h3 { font-size: 1.08em; margin-top: 1.2em; }
+nav.toc { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 6px 14px; }
+nav.toc ol { margin: 4px 0; padding-left: 1.4em; max-height: 24em; overflow-y: auto; }
+section.experiment { border-top: 3px solid #e3e3e3; margin-top: 1.4em; }
+.scroll { max-width: 100%; overflow-x: auto; max-height: 40em; overflow-y: auto; }
 .sub { color: #666; margin-top: 0; }
 .verdict { border-left: 6px solid #2ca02c; background: #f3faf3; padding: 10px 14px; }
 .verdict.loses { border-color: #d62728; background: #fdf2f1; }
 .verdict.unknown { border-color: #999; background: #f5f5f5; }
 table.runs { border-collapse: collapse; font-size: 0.85em; width: 100%; }
 table.runs th, table.runs td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
-       vertical-align: top; }
+       vertical-align: top; overflow-wrap: anywhere; max-width: 28em; }
 table.runs th { background: #f0f0f0; }
 table.runs td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdf2f1; }
 .diag { border: 1px solid #e5b7b3; border-radius: 4px; padding: 8px 12px; margin: 10px 0; }
-.diag h3 { margin: 0 0 6px 0; font-size: 1.05em; color: #b02020; }
+.diag h4 { margin: 0 0 6px 0; font-size: 1.05em; color: #b02020; }
 pre { background: #f7f7f7; padding: 6px 8px; overflow-x: auto; font-size: 0.85em;
       white-space: pre-wrap; word-break: break-all; }
 figure { margin: 12px 0; }
@@ -211,125 +216,112 @@ def _img(fig_fn, caption: str, alt: str) -> str:
     )
 
 
+# Past these, a section summarises instead of listing (readable at 5,000 runs).
+MAX_TABLE_ROWS = 200  # runs listed per experiment (the configurations table covers all)
+MAX_DIAGNOSES = 8  # failed runs diagnosed in full per experiment (the rest: a count table)
+MAX_PLOTTED_EXPERIMENTS = 8  # experiments drawn with plots (biggest first)
+
+
+def counts(points) -> dict[str, int]:
+    """The report's figures, from the one source (run_points: failed = the classifier's
+    verdict): runs (those of ``forensics runs``), failed among them, and launches that never
+    wrote a log (the launcher's records, not runs of the table)."""
+    import polars as pl
+
+    if points.is_empty():
+        return {"runs": 0, "failed": 0, "launches_without_log": 0}
+    logless = points["run_id"].str.starts_with("launch:")
+    runs = points.filter(~logless)
+    return {
+        "runs": len(runs),
+        "failed": int(runs.filter(pl.col("failed")).height),
+        "launches_without_log": int(logless.sum()),
+    }
+
+
+def _count_text(c: dict[str, int]) -> str:
+    text = (
+        f'<span class="count" data-k="runs">{c["runs"]}</span> runs '
+        f'(<span class="count" data-k="failed">{c["failed"]}</span> failed)'
+    )
+    if c["launches_without_log"]:
+        text += (
+            f', <span class="count" data-k="launches">{c["launches_without_log"]}</span> '
+            "launch(es) that never wrote a log"
+        )
+    return text
+
+
 def build_report(
-    store: Store, match: str | None = None, *, baseline: str | float | None = None
+    store: Store,
+    match: str | None = None,
+    *,
+    baseline: str | float | None = None,
+    group_by: str | list[str] | None = None,
 ) -> str:
-    """The report's HTML text."""
+    """The report's HTML text: a contents list, then one section per experiment."""
+    import polars as pl
+
     from forensics import plots
     from forensics.advise import advise, run_points
 
-    pts = run_points(store, match)
+    pts = run_points(store, match, group_by=group_by)
     if pts.is_empty():
         raise RunNotFound(
             f"{match}: no run matches" if match else f"no runs in the store {store.root}",
             hint="forensics runs" if match else "forensics ingest /path/to/*.log",
         )
-    advice = advise(store, match, baseline)
-    rows = pts.to_dicts()
-    failed = [r for r in rows if r["failed"]]
-    crashed = [r for r in rows if r["crashed"]]
+    advice = advise(store, match, baseline, group_by=group_by)
+    sections = advice["experiments"]
+    single = len(sections) == 1
     parts: list[str] = []
     title = "forensics report" + (f": {match}" if match else "")
     parts.append(f"<h1>{esc(title)}</h1>")
-    base = advice["baseline"]
+    base0 = sections[0]["baseline"] if single else None
     parts.append(
-        f'<p class="sub">{len(rows)} runs ({len(failed)} failed), store {esc(store.root)}, '
-        f"generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}. Baseline: "
-        f"{esc(base['text']) if base else 'none'}.</p>"
-        + (
-            f'<p class="note" id="no-baseline">{esc(advice["baseline_note"])}</p>'
-            if not base and advice.get("baseline_note")
-            else ""
-        )
+        f'<p class="sub">{_count_text(counts(pts))} in '
+        f'<span class="count" data-k="experiments">{len(sections)}</span> '
+        f"experiment{'s' if len(sections) != 1 else ''}, store {esc(store.root)}, generated "
+        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
+        + (f" Baseline: {esc(base0['text']) if base0 else 'none'}." if single else "")
+        + "</p>"
     )
-
-    # Verdict
-    rule = advice["verdict"]["rule"]
-    cls = {"speculation_wins": ""}.get(rule, "loses")
-    if rule in ("no_baseline", "no_data"):
-        cls = "unknown"
-    parts.append('<h2 id="verdict">Verdict</h2>')
-    parts.append(f'<div class="verdict {cls}"><p><b>{esc(advice["verdict"]["text"])}</b></p>')
-    if advice["families"]:
-        parts.append("<ul>")
-        for f in advice["families"]:
-            parts.append(f"<li>{esc(f['text'])} <i>(confidence: {esc(f['confidence'])})</i></li>")
-        parts.append("</ul>")
-    if advice["next_steps"]:
-        parts.append("<p>Next:</p><ul>")
-        parts.extend(f"<li>{esc(s)}</li>" for s in advice["next_steps"])
-        parts.append("</ul>")
-    parts.append("</div>")
-
-    # Plots
-    parts.append('<h2 id="trend">Throughput trend</h2>')
-    parts.append(
-        _img(
-            lambda: plots.plot_trend(store, match, baseline=baseline),
-            "tok/s of every run in launch order against the baseline; failed runs at the bottom",
-            "throughput trend",
-        )
-    )
-    parts.append('<h2 id="accept">Accept length vs throughput</h2>')
-    parts.append(
-        _img(
-            lambda: plots.plot_accept(store, match, baseline=baseline),
-            "below the dashed baseline, speculation loses; triangles: accept length needed",
-            "accept length vs throughput",
-        )
-    )
-
-    # Runs table
-    parts.append('<h2 id="runs">Runs</h2>')
-    parts.append('<table class="runs"><thead><tr>')
-    parts.extend(f"<th>{esc(h)}</th>" for h, _, _ in TABLE_COLUMNS)
-    parts.append("</tr></thead><tbody>")
-    for r in rows:
-        r = dict(r)
-        r["_outcome"] = (
-            f"died in {r['died_in']}" if r["failed"] else (r.get("phase_reached") or "—")
-        )
-        parts.append(f'<tr class="{"failed" if r["failed"] else "ok"}">')
-        for _, key, fmt in TABLE_COLUMNS:
-            text, numeric = _cell(r.get(key), fmt)
-            parts.append(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>")
-        parts.append("</tr>")
-    parts.append("</tbody></table>")
-
-    # Diagnoses
-    parts.append('<h2 id="failed">Failed runs</h2>')
-    if not crashed:
-        parts.append('<p class="note">No run failed.</p>')
-    for r in crashed:
-        d = diagnose_row(store, r)
-        parts.append('<div class="diag">')
+    if not single:
+        parts.append(f'<p class="note">{esc(advice["verdict"]["text"])}</p>')
+    # contents
+    parts.append('<nav class="toc"><b>Contents</b><ol>')
+    for i, sec in enumerate(sections, 1):
+        pre = "" if single else f"e{i}-"
+        c = counts(pts.filter(pl.col("experiment") == sec["experiment"]))
         parts.append(
-            f"<h3>#{r['order']} {esc(r['name'])}: died in {esc(d.get('phase') or r['died_in'])}"
-            + (f" ({esc(d['signature'])})" if d.get("signature") else "")
-            + "</h3>"
+            f'<li><a href="#{pre}experiment">{esc(sec["experiment"])}</a>: {c["runs"]} runs, '
+            f"{c['failed']} failed — {esc(sec['verdict']['rule'].replace('_', ' '))}</li>"
         )
-        parts.append(f"<p>{esc(d.get('explanation') or d.get('summary') or '')}</p>")
-        if d.get("note"):
-            parts.append(f'<p class="note">{esc(d["note"])}</p>')
-        evidence = _steps_list(d.get("evidence"))
-        if evidence:
-            parts.append("<p>Evidence:</p><pre>" + esc("\n".join(evidence[:12])) + "</pre>")
-        steps = _steps_list(d.get("next_steps"))
-        if steps:
-            parts.append("<p>What to try next:</p><ul>")
-            parts.extend(f"<li>{esc(s)}</li>" for s in steps)
-            parts.append("</ul>")
-        parts.append("</div>")
-
+    parts.append('<li><a href="#startup">Startup</a></li></ol></nav>')
+    for i, sec in enumerate(sections, 1):
+        mine = pts.filter(pl.col("experiment") == sec["experiment"])
+        parts.append(
+            _experiment_section(
+                store,
+                sec,
+                mine,
+                prefix="" if single else f"e{i}-",
+                draw=i <= MAX_PLOTTED_EXPERIMENTS,
+                match=match,
+                baseline=baseline,
+                group_by=group_by,
+                single=single,
+            )
+        )
     parts.append('<h2 id="startup">Startup</h2>')
     parts.append(
         _img(
-            lambda: plots.plot_startup(store, match),
+            lambda: plots.plot_startup(store, match, group_by=group_by),
             "startup stages per run; hatched bars never finished",
             "startup timeline",
         )
     )
-    decoded = [r for r in rows if r["spec"] and r["tok_s"] is not None and r["decode_n"]]
+    decoded = [r for r in pts.to_dicts() if r["spec"] and r["tok_s"] is not None and r["decode_n"]]
     if decoded:
         best = max(decoded, key=lambda r: r["tok_s"])
         parts.append('<h2 id="decode">Decode of the best speculative run</h2>')
@@ -350,12 +342,187 @@ def build_report(
     )
 
 
+def _experiment_section(
+    store: Store,
+    sec: dict[str, Any],
+    pts,
+    *,
+    prefix: str,
+    draw: bool,
+    match: str | None,
+    baseline: str | float | None,
+    group_by: str | list[str] | None,
+    single: bool,
+) -> str:
+    from forensics import plots
+
+    exp = sec["experiment"]
+    rows = pts.to_dicts()
+    parts: list[str] = [f'<section class="experiment" id="{prefix}experiment">']
+    parts.append(f"<h2>{'Experiment: ' if single else ''}{esc(exp)}</h2>")
+    base = sec["baseline"]
+    parts.append(
+        f'<p class="sub" data-experiment="{esc(exp)}">{_count_text(counts(pts))}. Baseline: '
+        f"{esc(base['text']) if base else 'none'}.</p>"
+    )
+    if not base and sec.get("baseline_note"):
+        parts.append(
+            f'<p class="note no-baseline" id="{prefix}no-baseline">{esc(sec["baseline_note"])}</p>'
+        )
+    rule = sec["verdict"]["rule"]
+    cls = {"speculation_wins": ""}.get(rule, "loses")
+    if rule in ("no_baseline", "no_data"):
+        cls = "unknown"
+    parts.append(f'<h3 id="{prefix}verdict">Verdict</h3>')
+    parts.append(f'<div class="verdict {cls}"><p><b>{esc(sec["verdict"]["text"])}</b></p>')
+    if sec["families"]:
+        parts.append("<ul>")
+        for f in sec["families"]:
+            parts.append(f"<li>{esc(f['text'])} <i>(confidence: {esc(f['confidence'])})</i></li>")
+        parts.append("</ul>")
+    if sec["next_steps"]:
+        parts.append("<p>Next:</p><ul>")
+        parts.extend(f"<li>{esc(s)}</li>" for s in sec["next_steps"])
+        parts.append("</ul>")
+    parts.append("</div>")
+    opts = {"baseline": baseline, "experiment": exp, "group_by": group_by}
+    if draw:
+        parts.append(f'<h3 id="{prefix}trend">Throughput trend</h3>')
+        parts.append(
+            _img(
+                lambda: plots.plot_trend(store, match, **opts),
+                "tok/s of every run in launch order against the baseline; failed runs at the "
+                "bottom",
+                "throughput trend",
+            )
+        )
+        parts.append(f'<h3 id="{prefix}accept">Accept length vs throughput</h3>')
+        parts.append(
+            _img(
+                lambda: plots.plot_accept(store, match, **opts),
+                "below the dashed baseline, speculation loses; triangles: accept length needed",
+                "accept length vs throughput",
+            )
+        )
+    else:
+        parts.append(
+            '<p class="note">Plots: drawn for the '
+            f"{MAX_PLOTTED_EXPERIMENTS} biggest experiments; for this one: forensics plot "
+            f"trend --experiment '{esc(exp)}'</p>"
+        )
+    parts.append(_configs_table(rows, prefix))
+    parts.append(_runs_table(rows, prefix))
+    parts.append(_failed_section(store, rows, prefix))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _configs_table(rows: list[dict[str, Any]], prefix: str) -> str:
+    """Repeated configurations aggregated: runs, failed, median tok/s and its spread."""
+    import statistics
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["label"], []).append(r)
+    out = [
+        f'<h3 id="{prefix}configs">Configurations</h3>',
+        '<div class="scroll"><table class="runs configs"><thead><tr>',
+        *(
+            f"<th>{h}</th>"
+            for h in ("config", "runs", "failed", "median tok/s", "spread", "accept len")
+        ),
+        "</tr></thead><tbody>",
+    ]
+    for label, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        toks = [r["tok_s"] for r in rs if r["tok_s"] is not None and not r["failed"]]
+        acc = [r["accept_len"] for r in rs if r["accept_len"] is not None and not r["failed"]]
+        med = f"{statistics.median(toks):.1f}" if toks else "—"
+        spread = f"{min(toks):.1f}–{max(toks):.1f}" if len(toks) > 1 else "—"
+        accept = f"{statistics.median(acc):.2f}" if acc else "—"
+        nfail = sum(1 for r in rs if r["failed"])
+        out.append(
+            f'<tr><td>{esc(label)}</td><td class="num">{len(rs)}</td>'
+            f'<td class="num">{nfail}</td><td class="num">{med}</td>'
+            f'<td class="num">{spread}</td><td class="num">{accept}</td></tr>'
+        )
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _runs_table(rows: list[dict[str, Any]], prefix: str) -> str:
+    shown = rows[-MAX_TABLE_ROWS:]
+    out = [f'<h3 id="{prefix}runs">Runs</h3>']
+    if len(rows) > len(shown):
+        out.append(
+            f'<p class="note">The latest {len(shown)} of {len(rows)} runs (all of them: '
+            "forensics runs --json).</p>"
+        )
+    out.append('<div class="scroll"><table class="runs"><thead><tr>')
+    out.extend(f"<th>{esc(h)}</th>" for h, _, _ in TABLE_COLUMNS)
+    out.append("</tr></thead><tbody>")
+    for r in shown:
+        r = dict(r)
+        r["_outcome"] = f"died in {r['died_in']}" if r["failed"] else "ok"
+        out.append(f'<tr class="{"failed" if r["failed"] else "ok"}">')
+        for _, key, fmt in TABLE_COLUMNS:
+            text, numeric = _cell(r.get(key), fmt)
+            out.append(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def _failed_section(store: Store, rows: list[dict[str, Any]], prefix: str) -> str:
+    failed = [r for r in rows if r["failed"]]
+    out = [f'<h3 id="{prefix}failed">Failed runs</h3>']
+    if not failed:
+        out.append('<p class="note">No run failed.</p>')
+        return "".join(out)
+    full = failed[-MAX_DIAGNOSES:]
+    if len(failed) > len(full):
+        by: dict[str, int] = {}
+        for r in failed:
+            key = f"{r['died_in']}" + (f" ({r['signature']})" if r.get("signature") else "")
+            by[key] = by.get(key, 0) + 1
+        out.append(
+            f'<p class="note">{len(failed)} failed runs; the latest {len(full)} diagnosed '
+            "below (any other: forensics diagnose RUN).</p>"
+        )
+        out.append('<div class="scroll"><table class="runs"><thead><tr><th>died in</th>')
+        out.append("<th>runs</th></tr></thead><tbody>")
+        for key, n in sorted(by.items(), key=lambda kv: -kv[1]):
+            out.append(f'<tr><td>{esc(key)}</td><td class="num">{n}</td></tr>')
+        out.append("</tbody></table></div>")
+    for r in full:
+        d = diagnose_row(store, r)
+        out.append('<div class="diag">')
+        out.append(
+            f"<h4>#{r['order']} {esc(r['name'])}: died in {esc(d.get('phase') or r['died_in'])}"
+            + (f" ({esc(d['signature'])})" if d.get("signature") else "")
+            + "</h4>"
+        )
+        out.append(f"<p>{esc(d.get('explanation') or d.get('summary') or '')}</p>")
+        if d.get("note"):
+            out.append(f'<p class="note">{esc(d["note"])}</p>')
+        evidence = _steps_list(d.get("evidence"))
+        if evidence:
+            out.append("<p>Evidence:</p><pre>" + esc("\n".join(evidence[:12])) + "</pre>")
+        steps = _steps_list(d.get("next_steps"))
+        if steps:
+            out.append("<p>What to try next:</p><ul>")
+            out.extend(f"<li>{esc(s)}</li>" for s in steps)
+            out.append("</ul>")
+        out.append("</div>")
+    return "".join(out)
+
+
 def write_report(
     store: Store,
     out: str | Path,
     match: str | None = None,
     *,
     baseline: str | float | None = None,
+    group_by: str | list[str] | None = None,
 ) -> Path:
     from forensics.output import check_out_path, write_output
 
@@ -363,6 +530,6 @@ def write_report(
     if path.is_dir():
         raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'report.html'}")
     check_out_path(path)  # before building: a bad --out fails fast
-    text = build_report(store, match, baseline=baseline)
+    text = build_report(store, match, baseline=baseline, group_by=group_by)
     write_output(path, text, what="the report")
     return path

@@ -7,25 +7,12 @@ from typing import Any
 
 import polars as pl
 
+from forensics.runs import SHOWN_COLUMNS
 from forensics.store import Store
 
-CONFIG_KEYS = [
-    "model_path",
-    "draft_model_path",
-    "spec_algorithm",
-    "num_steps",
-    "topk",
-    "num_draft_tokens",
-    "cuda_graph",
-    "cuda_graph_max_bs",
-    "tp_size",
-    "dp_size",
-    "port",
-    "mem_fraction",
-    "config_source",
-    "style",
-]
+CONFIG_KEYS = SHOWN_COLUMNS  # declared once: forensics.runs.CONFIG_COLUMNS
 SUMMARY_KEYS = [
+    "experiment",
     "phase_reached",
     "phase",
     "hung",

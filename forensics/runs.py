@@ -1,12 +1,14 @@
 """The one table of every run: configuration, startup timings, decode metrics, outcome.
 
 Derived from the stored parse (``runs``, ``events``, ``decode``, ``errors``) at read time,
-joined with the classifier's verdicts and the latest benchmark of each run when present.
+joined with the verdicts stored at ingest (``verdicts``, written by :mod:`forensics.verdicts`)
+and the latest benchmark of each run (``bench``). Reading never writes to the store. Each run
+carries its experiment (:mod:`forensics.experiment`): the key every comparison is made within.
 """
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 import polars as pl
@@ -20,6 +22,7 @@ RUN_COLUMNS = [
     "name",
     "path",
     "host",
+    "experiment",
     "started_at",
     "model_path",
     "draft_model_path",
@@ -45,6 +48,43 @@ RUN_COLUMNS = [
     "bench_accept_len",
     "error",
 ]
+
+
+@dataclass(frozen=True)
+class ConfigColumn:
+    """One configuration column of a run: where it is used, declared once.
+
+    ``similarity``: its weight when diagnose looks for the closest run that worked (None: not
+    compared); ``show``: listed by ``forensics show``; ``classify``: given to the classifier.
+    """
+
+    name: str
+    similarity: float | None = None
+    show: bool = True
+    classify: bool = False
+
+
+# The configuration of a run (the parser's ``runs`` frame), in display order.
+CONFIG_COLUMNS: list[ConfigColumn] = [
+    ConfigColumn("model_path", similarity=5),
+    ConfigColumn("draft_model_path", similarity=2),
+    ConfigColumn("spec_algorithm", similarity=2, classify=True),
+    ConfigColumn("num_steps", similarity=1, classify=True),
+    ConfigColumn("topk", similarity=1, classify=True),
+    ConfigColumn("num_draft_tokens", similarity=1, classify=True),
+    ConfigColumn("cuda_graph", similarity=1.5, classify=True),
+    ConfigColumn("cuda_graph_max_bs", similarity=0.5),
+    ConfigColumn("tp_size", similarity=2, classify=True),
+    ConfigColumn("dp_size"),
+    ConfigColumn("ep_size"),
+    ConfigColumn("port"),
+    ConfigColumn("mem_fraction", similarity=0.5, classify=True),
+    ConfigColumn("config_source"),
+    ConfigColumn("style"),
+]
+COMPARED_COLUMNS = [c.name for c in CONFIG_COLUMNS if c.similarity is not None]
+SHOWN_COLUMNS = [c.name for c in CONFIG_COLUMNS if c.show]
+CLASSIFIER_COLUMNS = [c.name for c in CONFIG_COLUMNS if c.classify]
 
 # phase_reached: furthest startup stage seen, highest rank wins.
 STAGE_RANK = [
@@ -165,6 +205,8 @@ def _timings(store: Store) -> pl.DataFrame:
 
 
 def _decode_stats(store: Store) -> pl.DataFrame:
+    """Per run: decode line count, median gen throughput, mean accept, and ``dec_streams``:
+    1 when some line shows one request alone, else the median ``#running-req``."""
     dec = store.table("decode")
     if dec.is_empty():
         return pl.DataFrame(
@@ -175,13 +217,89 @@ def _decode_stats(store: Store) -> pl.DataFrame:
                 "gen_throughput_median": pl.Float64,
                 "accept_len_mean": pl.Float64,
                 "accept_rate_mean": pl.Float64,
+                "dec_streams": pl.Int64,
             }
         )
+    rr = pl.col("running_req").cast(pl.Int64, strict=False)
     return dec.group_by(["source_id", "run_index"]).agg(
         pl.len().alias("decode_lines"),
         pl.col("gen_throughput").cast(pl.Float64).median().alias("gen_throughput_median"),
         pl.col("accept_len").cast(pl.Float64).mean().alias("accept_len_mean"),
         pl.col("accept_rate").cast(pl.Float64).mean().alias("accept_rate_mean"),
+        pl.when((rr == 1).any())
+        .then(pl.lit(1, dtype=pl.Int64))
+        .otherwise(rr.filter(rr > 0).median().round(0).cast(pl.Int64))
+        .alias("dec_streams"),
+    )
+
+
+BENCH_SCHEMA = {
+    "run_id": pl.String,
+    "bench_tok_s": pl.Float64,
+    "bench_accept_len": pl.Float64,
+    "bench_at": pl.Datetime("us"),
+    "bench_streams": pl.Int64,
+    "bench_rate": pl.Float64,
+    "bench_in_len": pl.Float64,
+    "bench_out_len": pl.Int64,
+}
+
+
+def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
+    """A column of a stored table that older parts may lack (null then)."""
+    if name in df.columns:
+        return pl.col(name).cast(dtype, strict=False)
+    return pl.lit(None, dtype=dtype)
+
+
+def latest_bench(store: Store) -> pl.DataFrame:
+    """The latest completed benchmark of each run (BENCH_SCHEMA): its tok/s and accept length,
+    and its shape: streams (1 single, N at --concurrency N, null at a --rate), rate, the
+    median prompt length of its requests and its max new tokens."""
+    df = store.table("bench")
+    if df.is_empty() or "run_id" not in df.columns or "completed" not in df.columns:
+        return pl.DataFrame(schema=BENCH_SCHEMA)
+    df = df.filter(pl.col("run_id").is_not_null() & (pl.col("completed") > 0))
+    if df.is_empty():
+        return pl.DataFrame(schema=BENCH_SCHEMA)
+    if "started_at" in df.columns:
+        df = df.sort("started_at", nulls_last=False)
+    df = df.group_by("run_id", maintain_order=True).last()
+    prompt = pl.DataFrame(schema={"bench_id": pl.String, "_in": pl.Float64})
+    reqs = store.table("bench_requests")
+    if not reqs.is_empty() and {"bench_id", "prompt_tokens"} <= set(reqs.columns):
+        prompt = reqs.group_by("bench_id").agg(
+            pl.col("prompt_tokens").cast(pl.Float64).median().alias("_in")
+        )
+    if "bench_id" in df.columns:
+        df = df.join(prompt, on="bench_id", how="left")
+    else:
+        df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_in"))
+    mode = _col(df, "mode", pl.String)
+    conc = _col(df, "concurrency", pl.Int64)
+    streams = (
+        pl.when(mode == "single")
+        .then(pl.lit(1, dtype=pl.Int64))
+        .when(mode == "rate")
+        .then(pl.lit(None, dtype=pl.Int64))
+        .otherwise(conc.fill_null(1))
+    )
+    return df.select(
+        pl.col("run_id").cast(pl.String),
+        _col(df, "output_tok_s", pl.Float64).alias("bench_tok_s"),
+        pl.coalesce(
+            _col(df, "accept_len_client", pl.Float64), _col(df, "accept_len_server", pl.Float64)
+        ).alias("bench_accept_len"),
+        _col(df, "started_at", pl.Datetime("us")).alias("bench_at"),
+        streams.alias("bench_streams"),
+        pl.when(mode == "rate")
+        .then(_col(df, "rate", pl.Float64))
+        .otherwise(None)
+        .alias("bench_rate"),
+        pl.coalesce(_col(df, "input_len", pl.Float64), pl.col("_in")).alias("bench_in_len"),
+        pl.coalesce(_col(df, "output_len", pl.Int64), _col(df, "max_new_tokens", pl.Int64)).alias(
+            "bench_out_len"
+        ),
     )
 
 
@@ -207,8 +325,20 @@ def _first_error(store: Store) -> pl.DataFrame:
     )
 
 
-def runs_table(store: Store, match: str | None = None, *, classify: bool = True) -> pl.DataFrame:
-    """One row per run with RUN_COLUMNS (plus internal keys source_id, run_index)."""
+def runs_table(
+    store: Store,
+    match: str | None = None,
+    *,
+    classify: bool = True,
+    group_by: str | list[str] | None = None,
+) -> pl.DataFrame:
+    """One row per run with RUN_COLUMNS (plus internal keys source_id, run_index, ...).
+
+    ``phase``/``hung``/``signature`` are the verdicts stored at ingest (``classify=False``
+    leaves them null); ``experiment`` follows ``group_by`` (:mod:`forensics.experiment`).
+    """
+    from forensics import experiment
+
     runs = base_runs(store)
     if runs.is_empty():
         return pl.DataFrame(schema={c: pl.String for c in RUN_COLUMNS})
@@ -217,7 +347,9 @@ def runs_table(store: Store, match: str | None = None, *, classify: bool = True)
         _decode_stats(store), on=key, how="left"
     )
     df = df.join(_first_error(store), on=key, how="left")
+    df = df.join(latest_bench(store), on="run_id", how="left")
     has_decode = pl.col("decode_lines").fill_null(0) > 0
+    args = pl.col("server_args") if "server_args" in df.columns else pl.lit(None, pl.String)
     df = df.with_columns(
         pl.when(has_decode)
         .then(pl.lit(5))
@@ -225,9 +357,7 @@ def runs_table(store: Store, match: str | None = None, *, classify: bool = True)
         .replace_strict(PHASE_NAMES, return_dtype=pl.String)
         .alias("phase_reached"),
         pl.col("decode_lines").fill_null(0),
-        pl.coalesce(
-            pl.col("ready_s_ev"),
-        ).alias("ready_s"),
+        pl.col("ready_s_ev").alias("ready_s"),
         pl.col("host_name").alias("host"),
         # version-independent accept rate: accepted drafts / proposed drafts per round
         pl.when(pl.col("accept_len_mean").is_not_null())
@@ -237,63 +367,54 @@ def runs_table(store: Store, match: str | None = None, *, classify: bool = True)
         )
         .otherwise(None)
         .alias("accept_rate_norm"),
+        args.str.json_path_match("$.ep_size").cast(pl.Int32, strict=False).alias("ep_size"),
+        # requests in flight: the benchmark's shape, else what the decode lines show
+        pl.when(pl.col("bench_tok_s").is_not_null())
+        .then(pl.col("bench_streams"))
+        .otherwise(pl.col("dec_streams"))
+        .alias("streams"),
     )
-    for col in ("phase", "hung", "signature", "bench_tok_s", "bench_accept_len"):
-        if col not in df.columns:
-            df = df.with_columns(pl.lit(None).alias(col))
     if classify:
-        df = _join_hook(
-            df, store, "forensics.classifier", "classify_runs", ["phase", "hung", "signature"]
-        )
-    df = _join_hook(
-        df, store, "forensics.bench", "latest_by_run", ["bench_tok_s", "bench_accept_len"]
-    )
+        from forensics.verdicts import stored_verdicts
+
+        df = df.join(stored_verdicts(store, df), on="run_id", how="left")
+    for col in ("phase", "hung", "signature"):
+        if col not in df.columns:
+            df = df.with_columns(
+                pl.lit(None, dtype=pl.Boolean if col == "hung" else pl.String).alias(col)
+            )
+    df = experiment.assign(df, group_by, store.get_meta(experiment.LABELS_META) or None)
     df = df.sort(["started_at", "path", "run_index"], nulls_last=True)
     if match:
         df = filter_match(df, match)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
-    return df.select(
-        [
-            *cols,
-            "source_id",
-            "run_index",
-            "first_line",
-            "last_line",
-            "port",
-            "style",
-            "config_source",
-            "ended_at",
-            "mem_fraction",
-            "dp_size",
-            "cuda_graph_max_bs",
-        ]
-    )
-
-
-def _join_hook(
-    df: pl.DataFrame, store: Store, module: str, func: str, cols: list[str]
-) -> pl.DataFrame:
-    """Join per-run columns another module provides (classifier verdicts, bench results)."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return df
-    fn = getattr(mod, func, None)
-    if fn is None:
-        return df
-    import inspect
-
-    nparams = len(inspect.signature(fn).parameters)
-    extra = fn(store, df) if nparams >= 2 else fn(store)
-    if extra is None or extra.is_empty():
-        return df
-    extra = extra.select(["run_id", *[c for c in cols if c in extra.columns]])
-    df = df.drop([c for c in cols if c in extra.columns])
-    return df.join(extra, on="run_id", how="left")
+    extra = [
+        "source_id",
+        "run_index",
+        "first_line",
+        "last_line",
+        "port",
+        "style",
+        "config_source",
+        "ended_at",
+        "mem_fraction",
+        "dp_size",
+        "ep_size",
+        "cuda_graph_max_bs",
+        "streams",
+        "bench_at",
+        "bench_rate",
+        "bench_in_len",
+        "bench_out_len",
+        *[c for c in df.columns if c.startswith("exp_")],
+    ]
+    return df.select([*cols, *[c for c in extra if c in df.columns and c not in cols]])
 
 
 def filter_match(df: pl.DataFrame, match: str) -> pl.DataFrame:
-    """Exact name or run id first; else a case-insensitive fragment of the name or path."""
+    """Which runs a NAME means, the one rule (runs, show, diagnose, bench --run, baseline RUN,
+    label): the exact name or run id first; else a case-insensitive fragment of the name or
+    path."""
     exact = df.filter((pl.col("name") == match) | (pl.col("run_id") == match))
     if not exact.is_empty():
         return exact

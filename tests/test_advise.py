@@ -150,20 +150,34 @@ def test_batched_plain_run_is_never_the_default_baseline(tmp_path):
 
 
 def test_only_batched_plain_runs_no_baseline_and_how_to_set_one(tmp_path):
+    """A plain run at 8 in flight is its own experiment (c=8): neither it nor the single-stream
+    speculative run (c=1) has a single-stream plain run to compare with (issue 13: was one
+    store-wide note)."""
     runs = [("plain_bs8", {"spec": False, "tok": 600.0, "bs": 8}), ("cg_a", {"tok": 70.0})]
     store = story_store(tmp_path, runs=runs)
+    c1, c8 = "Kimi-K2.5 · tp8 · local · c=1", "Kimi-K2.5 · tp8 · local · c=8"
     assert resolve_baseline(store) is None
     data = advise(store)
-    assert data["baseline"] is None and data["verdict"]["rule"] == "no_baseline"
-    note = data["baseline_note"]
-    assert note.startswith("No single-stream baseline: the plain run(s) plain_bs8 were")
-    assert "forensics baseline --tok-s X" in note and "--baseline TOK_S" in note
-    assert note in data["verdict"]["text"] and data["next_steps"][0] == note
-    text = render_advice(data)
-    assert text.splitlines()[0] == f"Baseline: none. {note}"
-    # asked for explicitly, a batched run is used, and said to be batched
+    assert data["verdict"]["rule"] == "several_experiments"
+    by_exp = {s["experiment"]: s for s in data["experiments"]}
+    assert list(by_exp) == [c1, c8]
+    for sec in by_exp.values():
+        assert sec["baseline"] is None and sec["verdict"]["rule"] == "no_baseline"
+        note = sec["baseline_note"]
+        assert "forensics baseline --tok-s X" in note and "--baseline TOK_S" in note
+        assert note in sec["verdict"]["text"] and sec["next_steps"][0] == note
+    assert by_exp[c1]["baseline_note"].startswith(f"No baseline in {c1}: no plain")
+    assert by_exp[c8]["baseline_note"].startswith(
+        f"No single-stream baseline in {c8}: the plain run(s) plain_bs8 were"
+    )
+    text = render_advice(data).splitlines()
+    assert text[2] == f"== {c1} (1 runs) =="
+    assert text[3] == f"Baseline: none. {by_exp[c1]['baseline_note']}"
+    # asked for explicitly, a batched run is used, and said to be batched and from another
+    # experiment
     base = resolve_baseline(store, "plain_bs8")
     assert base.batched and "several requests in flight" in base.describe()
+    assert "another experiment" in base.describe()
 
 
 def _bench_row(store, run_id: str, tok: float, mode: str, concurrency: int) -> None:

@@ -342,7 +342,9 @@ def test_cli_stores_and_attaches_to_the_run_on_that_port(faultserver, tmp_path):
     assert row["completed"] == 4 and row["interrupted"] is False
     assert s.table("bench_requests").height == 4
     latest = bench.latest_by_run(s)
-    assert latest.columns == ["run_id", "bench_tok_s", "bench_accept_len", "bench_at"]
+    # the figures, then the benchmark's shape (its experiment: forensics.experiment)
+    assert latest.columns[:4] == ["run_id", "bench_tok_s", "bench_accept_len", "bench_at"]
+    assert latest["bench_streams"].to_list() == [1]
     assert latest["bench_accept_len"].to_list() == [pytest.approx(2.0)]
     assert rt.filter(pl.col("run_id") == want)["bench_tok_s"][0] == pytest.approx(
         row["output_tok_s"]
@@ -390,8 +392,10 @@ def test_cli_run_not_found_and_baseline_without_bench(faultserver, tmp_path):
     _ingest_run(store, tmp_path, 39998, "sglang_x")
     res = invoke("--store", str(store), "bench", faultserver.fresh("ok"), "--run", "nope")
     assert res.exit_code == 3 and "sglang_x" in res.stderr
+    # issue 13: `baseline RUN` takes the figure advise uses for it (here its single-stream
+    # decode lines; it refused a run without a benchmark)
     res = invoke("--store", str(store), "baseline", "sglang_x")
-    assert res.exit_code == 3 and "no benchmark result" in res.stderr
+    assert res.exit_code == 0 and "Baseline: 82.3 tok/s (run sglang_x)" in res.stdout
 
 
 def test_cli_failure_rate_exit_4_with_reasons(faultserver, tmp_path):

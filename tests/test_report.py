@@ -110,7 +110,8 @@ def test_report_sections_and_diagnoses(tmp_path):
 
 def test_report_match_and_baseline(tmp_path):
     html = build_report(story_store(tmp_path), "cg_5dt", baseline="80")
-    assert "1 runs (0 failed)" in html and "80.0 tok/s from --baseline" in html
+    text = re.sub(r"<[^>]+>", "", html)
+    assert "1 runs (0 failed)" in text and "80.0 tok/s from --baseline" in html
     assert "Speculation wins" in html and "No run failed." in html
 
 

@@ -33,6 +33,7 @@ LOGS = sorted(str(p) for p in FIXTURES.glob("*.log"))
 # single-stream plain runs of the fixtures (fixtures/README.md) and their median tok/s
 SINGLE_STREAM_PLAIN = {"sglang_baseline": 90.0, "edge_container_prefix": 92.0}
 BATCHED_PLAIN = {"edge_crlf", "edge_npu_pd", "edge_interleaved_ranks"}
+KIMI_TP8 = "Kimi-K2.5 · tp8 · local · c=1"  # the main experiment: the seed session's runs
 
 
 @pytest.fixture(scope="module")
@@ -72,26 +73,34 @@ def test_batched_plain_runs_are_flagged(store):
 
 
 def test_default_baseline_is_the_best_single_stream_plain_run(store):
-    """Issues 6/7: edge_crlf (8 in flight, 813.8 tok/s) must not be the baseline."""
+    """Issues 6/7: edge_crlf (8 in flight, 813.8 tok/s) must not be the baseline; issue 13:
+    nor a run of another model or layout (edge_container_prefix is Kimi tp2, 92 tok/s): the
+    main experiment (Kimi tp8 single-stream) compares with its own plain run."""
     base = resolve_baseline(store)
     assert base is not None and base.source == "run" and not base.batched
-    assert base.name == max(SINGLE_STREAM_PLAIN, key=SINGLE_STREAM_PLAIN.get)
-    assert base.tok_s == pytest.approx(max(SINGLE_STREAM_PLAIN.values()))
+    assert (base.name, base.tok_s) == ("sglang_baseline", pytest.approx(90.0))
+    assert base.experiment == KIMI_TP8
     assert "best single-stream plain run" in base.describe()
+    tp2 = resolve_baseline(store, experiment="Kimi-K2.5 · tp2 · local · c=1")
+    assert (tp2.name, tp2.tok_s) == ("edge_container_prefix", pytest.approx(92.0))
 
 
 def test_advise_on_fixtures_uses_the_single_stream_baseline(store):
     data = advise(store)
-    assert data["baseline"]["name"] == "edge_container_prefix"
-    assert data["baseline_note"] is None
-    needed = {f["family"]: f["accept_needed"] for f in data["families"]}
-    # a 92 tok/s baseline: every family needs a plausible accept length (was ≥ 21 with
-    # edge_crlf), e.g. cg/16dt: 52.1 ms a round x 92 tok/s / 1000 = 4.79
+    by_exp = {s["experiment"]: s for s in data["experiments"]}
+    kimi = by_exp[KIMI_TP8]
+    assert kimi["baseline"]["name"] == "sglang_baseline" and kimi["baseline_note"] is None
+    needed = {f["family"]: f["accept_needed"] for f in kimi["families"]}
+    # a 90 tok/s baseline: every family needs a plausible accept length (was ≥ 21 with
+    # edge_crlf), e.g. cg/16dt: 52.1 ms a round x 90 tok/s / 1000 = 4.69
     assert needed and max(needed.values()) < 6.0
-    assert needed["cg/16dt/topk4/5step"] == pytest.approx(1000 * 3.9 / 74.9 * 92 / 1000, rel=2e-2)
+    assert needed["cg/16dt/topk4/5step"] == pytest.approx(1000 * 3.9 / 74.9 * 90 / 1000, rel=2e-2)
+    # the batched Llama run is its own experiment, with no single-stream baseline
+    crlf = by_exp["Llama-3.1-8B-Instruct · tp1 · local · c=8"]
+    assert crlf["baseline"] is None and "edge_crlf" in crlf["baseline_note"]
     res = CliRunner().invoke(cli, ["--store", str(store.root), "advise"])
     assert res.exit_code == 0, res.output
-    assert "Baseline: 92.0 tok/s (edge_container_prefix)" in res.output
+    assert "Baseline: 90.0 tok/s (sglang_baseline)" in res.output
     assert "813.8" not in res.output and "≥ 25" not in res.output
 
 
@@ -102,38 +111,50 @@ def test_explicit_batched_baseline_is_used_and_marked(store):
 
 
 def test_only_batched_plain_runs_give_no_baseline(tmp_path):
-    """With only batched plain runs: no baseline, say why and how to set one."""
+    """With only batched plain runs: no baseline, say why and how to set one. edge_crlf
+    (Llama, 8 in flight) and cg_16dt (Kimi, single stream) are two experiments (issue 13):
+    neither has a single-stream plain run of its own."""
     logs = tmp_path / "logs"
     logs.mkdir()
     for name in ("edge_crlf.log", "sglang_eagle3_cg_16dt.log"):
         shutil.copy(FIXTURES / name, logs / name)
     st = Store.open(tmp_path / "store")
     ingest(st, [str(p) for p in sorted(logs.iterdir())])
+    llama = "Llama-3.1-8B-Instruct · tp1 · local · c=8"
     assert resolve_baseline(st) is None
-    note = missing_baseline_note(run_points(st))
-    assert "No single-stream baseline" in note and "edge_crlf" in note
+    note = missing_baseline_note(run_points(st), llama)
+    assert note.startswith(f"No single-stream baseline in {llama}") and "edge_crlf" in note
     assert "forensics baseline --tok-s X" in note
     data = advise(st)
-    assert data["baseline"] is None and data["baseline_note"] == note
-    assert data["verdict"]["rule"] == "no_baseline" and "edge_crlf" in data["verdict"]["text"]
-    assert note in data["next_steps"]
-    fam = data["families"][0]
-    assert fam["accept_needed"] is None  # no made-up break-even
+    by_exp = {s["experiment"]: s for s in data["experiments"]}
+    assert set(by_exp) == {KIMI_TP8, llama}
+    sec = by_exp[llama]
+    assert sec["baseline"] is None and sec["baseline_note"] == note
+    assert sec["verdict"]["rule"] == "no_baseline" and "edge_crlf" in sec["verdict"]["text"]
+    assert note in sec["next_steps"]
+    kimi = by_exp[KIMI_TP8]
+    assert kimi["verdict"]["rule"] == "no_baseline"
+    assert kimi["families"][0]["accept_needed"] is None  # no made-up break-even
     # the trend plot draws no baseline line and says why
-    ax = plot_trend(st).axes[0]
+    ax = plot_trend(st, experiment="c=8").axes[0]
     assert not [a for a in ax.lines if a.get_gid() == "baseline"]
     (txt,) = [t for t in ax.texts if t.get_gid() == "no-baseline"]
     assert "No single-stream baseline" in txt.get_text()
     html = build_report(st)
-    assert "Baseline: none." in html and 'id="no-baseline"' in html
+    assert "Baseline: none." in html and 'class="note no-baseline"' in html
     assert "No single-stream baseline" in html
-    # once set by hand, everything compares with it
+    # once set by hand, the experiment compares with it; a bare figure needs its experiment
     runner = CliRunner()
     res = runner.invoke(cli, ["--store", str(st.root), "baseline", "--tok-s", "90"])
+    assert res.exit_code == 2 and "2 experiments" in res.output
+    args = ["--store", str(st.root), "baseline", "--tok-s", "90", "--experiment", KIMI_TP8]
+    res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
-    base = resolve_baseline(st)
+    base = resolve_baseline(st, experiment=KIMI_TP8)
     assert (base.tok_s, base.source) == (90.0, "meta")
-    assert advise(st)["families"][0]["accept_needed"] == pytest.approx(
+    assert resolve_baseline(st, experiment=llama) is None
+    kimi = {s["experiment"]: s for s in advise(st)["experiments"]}[KIMI_TP8]
+    assert kimi["families"][0]["accept_needed"] == pytest.approx(
         1000 * 3.9 / 74.9 * 90 / 1000, rel=2e-2
     )
 
@@ -243,16 +264,22 @@ def test_every_plot_is_written(store, tmp_path, kind):
     assert_not_blank(out)
     ax = fig.axes[0]
     if kind == "trend":
+        # the main experiment (Kimi tp8, single stream) against its own plain run; batched
+        # runs are other experiments, named under the axis, not drawn (issue 13)
         (line,) = [a for a in ax.lines if a.get_gid() == "baseline"]
-        assert line.get_ydata()[0] == pytest.approx(92.0)
-        assert "edge_container_prefix" in line.get_label()
-        # batched runs are ringed: their tok/s is not what one user sees
-        (ring,) = [a for a in ax.lines if a.get_gid() == "batched"]
+        assert line.get_ydata()[0] == pytest.approx(90.0)
+        assert "sglang_baseline" in line.get_label()
+        assert not [a for a in ax.lines if a.get_gid() == "batched"]
+        assert f"experiment: {KIMI_TP8}" in ax.get_xlabel()
+        assert "other experiments not drawn" in ax.get_xlabel()
+        # a batched experiment drawn on its own: its run is ringed
+        fig = make_plot(store, kind, experiment="c=8", out=out)[0]
+        (ring,) = [a for a in fig.axes[0].lines if a.get_gid() == "batched"]
         by_order = {r["order"]: r["name"] for r in run_points(store).iter_rows(named=True)}
-        assert {by_order[int(x)] for x in ring.get_xdata()} == BATCHED_PLAIN
+        assert {by_order[int(x)] for x in ring.get_xdata()} == {"edge_crlf"}
     elif kind == "accept":
         (line,) = [a for a in ax.lines if a.get_gid() == "break-even"]
-        assert line.get_ydata()[0] == pytest.approx(92.0)
+        assert line.get_ydata()[0] == pytest.approx(90.0)
     elif kind == "startup":
         assert "Startup timeline" in ax.get_title()
     else:
@@ -276,13 +303,18 @@ def test_cli_plot_and_report_on_fixtures(store, tmp_path):
 def test_report_on_fixtures_names_runs_and_baseline(store, table, tmp_path):
     path = write_report(store, tmp_path / "report.html")
     html = path.read_text()
-    assert "Baseline: 92.0 tok/s (edge_container_prefix) from best single-stream plain run" in html
+    assert "Baseline: 90.0 tok/s (sglang_baseline) from best single-stream plain run" in html
     assert "813.8 tok/s (edge_crlf)" not in html and "≥ 25" not in html
     for name in table["name"].to_list():
         assert name in html, name
     # every plot drawn (none replaced by a "not drawn" note): trend, accept, startup, decode
     assert "not drawn" not in html
-    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', html)) == 4
+    # (per experiment: trend and accept for the biggest ones, issue 13)
+    from forensics.report import MAX_PLOTTED_EXPERIMENTS
+
+    n_exp = table["experiment"].n_unique()
+    drawn = 2 * min(n_exp, MAX_PLOTTED_EXPERIMENTS) + 2
+    assert len(re.findall(r'<img alt="[^"]*" src="data:image/png;base64,', html)) == drawn
     spec = run_points(store).filter(pl.col("spec") & (pl.col("decode_n") > 0))
     best = spec.sort("tok_s", descending=True)["name"][0]
     assert f"{best}: gen throughput, accept length and batch size" in html

@@ -1,0 +1,220 @@
+"""Experiments: which runs may be compared with which.
+
+Two runs are comparable only when they measure the same thing: the same target model on the
+same layout (TP/DP/EP), on the same hardware, under the same benchmark shape (how many
+requests in flight, and the input/output lengths when a benchmark says them). That tuple is
+the run's *experiment*; every comparison (baseline, advise, trend, report, diagnose's closest
+good run) is made inside one experiment, and one across experiments is refused or warned
+about.
+
+The key is declared once, in :data:`KEY_FIELDS` (name, what it reads, how it is written).
+``--group-by`` picks a subset of the fields (``--group-by model,layout``); a run the user
+labelled (``forensics experiment RUN... --label NAME``) belongs to that experiment whatever
+its fields say.
+
+A run that was never measured (it failed before serving) has no benchmark shape of its own:
+it belongs to its deployment's (model, layout, hardware) experiment with the most measured
+runs, single-stream first, so a crashed launch sits beside the runs it was tried among.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from forensics.errors import UsageError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+# meta key: {run_id: label} set by `forensics experiment RUN --label NAME`
+LABELS_META = "experiment.labels"
+SEP = " · "
+UNMEASURED = "unmeasured"
+
+
+def _model() -> pl.Expr:
+    import polars as pl
+
+    # the last path component: /models/Kimi-K2.5 and moonshotai/Kimi-K2.5 are one model
+    return (
+        pl.col("model_path")
+        .cast(pl.String)
+        .str.strip_chars_end("/")
+        .str.split("/")
+        .list.last()
+        .fill_null("model ?")
+    )
+
+
+def _layout() -> pl.Expr:
+    import polars as pl
+
+    def part(col: str, tag: str, always: bool = False) -> pl.Expr:
+        v = pl.col(col).cast(pl.Int64, strict=False)
+        shown = pl.lit(tag) + v.cast(pl.String)
+        if always:
+            return shown.fill_null(f"{tag}?")
+        return pl.when(v > 1).then(pl.lit(" ") + shown).otherwise(pl.lit(""))
+
+    return part("tp_size", "tp", always=True) + part("dp_size", "dp") + part("ep_size", "ep")
+
+
+def _hardware() -> pl.Expr:
+    import polars as pl
+
+    return pl.coalesce(pl.col("gpu_model"), pl.col("host"), pl.lit("host ?")).cast(pl.String)
+
+
+def _shape() -> pl.Expr:
+    import polars as pl
+
+    conc = pl.col("streams").cast(pl.Int64, strict=False)
+    c = pl.when(pl.col("bench_rate").is_not_null()).then(
+        pl.lit("rate ") + pl.col("bench_rate").cast(pl.String) + pl.lit("/s")
+    )
+    c = c.when(conc.is_not_null()).then(pl.lit("c=") + conc.cast(pl.String)).otherwise(None)
+    lengths = pl.when(pl.col("bench_out_len").is_not_null()).then(
+        pl.lit(" in=")
+        + pl.col("bench_in_len").cast(pl.Int64, strict=False).cast(pl.String).fill_null("?")
+        + pl.lit(" out=")
+        + pl.col("bench_out_len").cast(pl.Int64, strict=False).cast(pl.String)
+    )
+    return c + lengths.otherwise(pl.lit(""))
+
+
+@dataclass(frozen=True)
+class KeyField:
+    name: str
+    reads: str  # what it is made of (docs, --group-by help)
+    expr: Callable[[], pl.Expr]
+    deployment: bool  # part of the deployment (model, layout, hardware), not the bench shape
+
+
+# The experiment key, in display order. A new dimension is a new row here.
+KEY_FIELDS: list[KeyField] = [
+    KeyField("model", "target model (last component of model_path)", _model, True),
+    KeyField("layout", "tp_size, dp_size and ep_size (dp/ep shown when > 1)", _layout, True),
+    KeyField("hardware", "GPU model when known, else the host the log came from", _hardware, True),
+    KeyField(
+        "shape",
+        "requests in flight (c=N, or rate R/s) and the benchmark's input/output lengths",
+        _shape,
+        False,
+    ),
+]
+FIELD_NAMES = [f.name for f in KEY_FIELDS]
+# Columns the key reads; runs_table provides them (null where unknown).
+INPUT_COLUMNS = (
+    "model_path",
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "gpu_model",
+    "host",
+    "streams",
+    "bench_rate",
+    "bench_in_len",
+    "bench_out_len",
+)
+
+
+def parse_group_by(value: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """``"model,layout"`` -> ["model", "layout"]; None -> every field. Unknown names refused."""
+    if value is None:
+        return list(FIELD_NAMES)
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [s.strip().lower() for s in items if s and s.strip()]
+    if not names:
+        return list(FIELD_NAMES)
+    if names == ["none"]:
+        return []
+    bad = [n for n in names if n not in FIELD_NAMES]
+    if bad:
+        raise UsageError(
+            f"--group-by {','.join(bad)}: no such experiment field",
+            hint=f"pick from {','.join(FIELD_NAMES)} (or none: one experiment for all runs)",
+        )
+    return [f for f in FIELD_NAMES if f in names]
+
+
+def assign(
+    df: pl.DataFrame,
+    group_by: str | list[str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> pl.DataFrame:
+    """``df`` with an ``experiment`` column (the key as text) and ``experiment_fields`` (JSON-
+    free struct-less copies of each field: ``exp_model``, ``exp_layout`` ...)."""
+    import polars as pl
+
+    fields = parse_group_by(group_by)
+    for col in INPUT_COLUMNS:
+        if col not in df.columns:
+            df = df.with_columns(pl.lit(None).alias(col))
+    df = df.with_columns([f.expr().alias(f"exp_{f.name}") for f in KEY_FIELDS])
+    # an unmeasured run takes its deployment's main shape (most measured runs, c=1 first)
+    dep = [f"exp_{f.name}" for f in KEY_FIELDS if f.deployment]
+    measured = df.filter(pl.col("exp_shape").is_not_null())
+    if not measured.is_empty():
+        main = (
+            measured.group_by([*dep, "exp_shape"])
+            .agg(pl.len().alias("_n"))
+            .with_columns(pl.col("exp_shape").str.starts_with("c=1").alias("_single"))
+            .sort(["_n", "_single", "exp_shape"], descending=[True, True, False])
+            .group_by(dep, maintain_order=True)
+            .first()
+            .select([*dep, pl.col("exp_shape").alias("_main_shape")])
+        )
+        df = df.join(main, on=dep, how="left", nulls_equal=True)
+    else:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("_main_shape"))
+    df = df.with_columns(
+        pl.coalesce("exp_shape", "_main_shape", pl.lit(UNMEASURED)).alias("exp_shape")
+    ).drop("_main_shape")
+    if fields:
+        key = pl.concat_str([pl.col(f"exp_{f}") for f in fields], separator=SEP)
+    else:
+        key = pl.lit("all runs")
+    df = df.with_columns(key.alias("experiment"))
+    if labels:
+        df = df.with_columns(
+            pl.col("run_id")
+            .replace_strict(labels, default=None, return_dtype=pl.String)
+            .fill_null(pl.col("experiment"))
+            .alias("experiment")
+        )
+    return df
+
+
+def summary(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per experiment: experiment, runs, first/last start, in order of first start."""
+    import polars as pl
+
+    if df.is_empty() or "experiment" not in df.columns:
+        return pl.DataFrame(schema={"experiment": pl.String, "runs": pl.UInt32})
+    return (
+        df.group_by("experiment", maintain_order=True)
+        .agg(
+            pl.len().alias("runs"),
+            pl.col("started_at").min().alias("first_at"),
+            pl.col("started_at").max().alias("last_at"),
+        )
+        .sort(["runs", "experiment"], descending=[True, False])
+    )
+
+
+def order(df: pl.DataFrame) -> list[str]:
+    """The experiments of ``df``, biggest first (ties by name): the order every view uses."""
+    s = summary(df)
+    return [] if s.is_empty() else s["experiment"].to_list()
+
+
+def cross_warning(what: str, ref_exp: str | None, exp: str) -> str | None:
+    """The warning for comparing ``exp`` with something of another experiment (or None)."""
+    if ref_exp is None or ref_exp == exp:
+        return None
+    return (
+        f"{what} is from another experiment ({ref_exp}), not {exp}: this comparison "
+        "crosses experiments (model, layout, hardware or benchmark shape differ)"
+    )

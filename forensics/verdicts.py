@@ -1,0 +1,104 @@
+"""Stored verdicts: the classifier's answer for every run, written when it can change.
+
+A verdict (phase, hung, signature, confidence) changes only when the run's log does (ingest),
+when the user labels it (``forensics label``) or when the model is retrained (``forensics
+classify train``). Those writers call :func:`refresh`; every reading command (``runs``,
+``show``, ``diagnose``, ``advise``, ``signatures``, ``report``) reads the ``verdicts`` table
+through :func:`stored_verdicts` and never writes to the store. A run with no stored verdict
+(a store written before verdicts were stored at ingest) is classified in memory for that read
+only; ``forensics classify train`` stores them.
+
+The table and its cache key are the classifier's (:data:`forensics.classifier.VERDICT_SCHEMA`,
+``classify_runs``): one implementation of "classify these runs and keep the answer".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from forensics.store import Store
+
+TABLE = "verdicts"
+COLUMNS = {
+    "run_id": pl.String,
+    "phase": pl.String,
+    "hung": pl.Boolean,
+    "signature": pl.String,
+    "confidence": pl.Float64,
+}
+
+
+def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
+    """Classify the runs of ``source_ids`` (None: every run) and store the verdicts.
+
+    Returns how many runs were looked at (those whose stored verdict is current are kept)."""
+    from forensics.classifier import classify_runs
+    from forensics.runs import base_runs
+
+    runs = base_runs(store)
+    if runs.is_empty():
+        return 0
+    if source_ids is not None:
+        runs = runs.filter(pl.col("source_id").is_in(list(source_ids)))
+    if runs.is_empty():
+        return 0
+    classify_runs(store, runs.select("run_id", "source_id", "run_index"))
+    return len(runs)
+
+
+def stored_verdicts(store: Store, runs: pl.DataFrame) -> pl.DataFrame:
+    """COLUMNS for the runs of ``runs`` (run_id, source_id, run_index): stored, else computed
+    in memory (not written)."""
+    df = store.table(TABLE)
+    have = pl.DataFrame(schema=COLUMNS)
+    if not df.is_empty() and set(COLUMNS) <= set(df.columns):
+        have = (
+            df.select([pl.col(c).cast(t) for c, t in COLUMNS.items()])
+            .unique("run_id", keep="last", maintain_order=True)
+            .join(runs.select("run_id"), on="run_id", how="semi")
+        )
+    missing = runs.join(have, on="run_id", how="anti")
+    if missing.is_empty():
+        return have
+    return pl.concat([have, _classify_in_memory(store, missing)], how="vertical_relaxed")
+
+
+def _classify_in_memory(store: Store, runs: pl.DataFrame) -> pl.DataFrame:
+    from forensics.classifier import classify_stored, load_model
+
+    model = load_model(store)
+    rows: list[dict[str, Any]] = []
+    for rid, sid, ri in runs.select("run_id", "source_id", "run_index").iter_rows():
+        v = classify_stored(store, sid, int(ri), model)
+        rows.append(
+            {
+                "run_id": rid,
+                "phase": v.phase,
+                "hung": v.hung,
+                "signature": v.signature,
+                "confidence": round(v.confidence, 3),
+            }
+        )
+    return pl.DataFrame(rows, schema=COLUMNS)
+
+
+def label(store: Store, match: str, phase: str) -> list[dict[str, Any]]:
+    """``forensics label``: record the user's phase, then store the run's new verdict."""
+    from forensics.classifier import label as record_label
+
+    rows = record_label(store, match, phase)
+    refresh(store, {r["source_id"] for r in rows})
+    return rows
+
+
+def train(store: Store):
+    """``forensics classify train``: fit the model, then store every run's verdict under it."""
+    from forensics.classifier import train as fit
+
+    model = fit(store)
+    refresh(store)
+    return model
