@@ -474,7 +474,8 @@ def plot_accept(
         fontsize=11,
     )
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     _scope_note(ax, sc)
     return _finish(fig, out)
 

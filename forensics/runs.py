@@ -22,7 +22,6 @@ RUN_COLUMNS = [
     "name",
     "path",
     "host",
-    "experiment",
     "started_at",
     "model_path",
     "draft_model_path",
@@ -47,6 +46,7 @@ RUN_COLUMNS = [
     "bench_tok_s",
     "bench_accept_len",
     "error",
+    "experiment",  # forensics.experiment: the runs it may be compared with
 ]
 
 
