@@ -1,14 +1,24 @@
 """Phase classifier: in which phase a run died (or ``ok``), whether it hung, and why.
 
-Two sources of evidence are combined:
+Logic before statistics:
 
-* **rules** read the parse: the furthest startup stage and the stage in force when the first
-  fatal error happened, the traceback's frames (``FRAME_PHASES``: argument parsing →
-  pre-exec, weight loading → load, graph capture/warmup → capture, the event loop → runtime),
-  and the signature catalog (``forensics.signatures``);
-* a **scikit-learn** logistic regression over structural tokens (stages, frames, exception
-  types, signature ids, the rules' votes) and character n-grams of the error text, trained on
-  the labeled corpus in ``forensics/data/corpus`` (plus the user's own ``forensics label``s).
+* **routine lines never decide**: the NOISE table of ``forensics.signatures`` (ignored import
+  errors, deprecation and driver-version warnings, resource_tracker leak reports, Ascend TBE
+  worker noise, Triton diagnostics, ...) and ``ROUTINE_CONTEXT`` here (text before the server's
+  own output, after a shutdown request, a harness's or client's traceback, an error the server
+  kept serving after);
+* **an error decides only if fatal** (a traceback's exception, a fatal signature, an exit);
+* **the failure is never earlier than what the log proves**: a decode/prefill line proves
+  serving, a capture line that loading ended (``_floor``), per rank where ranks are tagged;
+* **where on the stack** comes from ``forensics.frames`` (a table read from SGLang's own source,
+  0.1.14 .. 0.5.23), and the signature catalog says what failed;
+* every verdict says whether the text **decided** it; what placed it (``basis``) sets its
+  confidence (``BASIS_CONFIDENCE``, measured on real logs).
+
+Only when the text does not decide does a **scikit-learn** logistic regression (structural
+tokens and character n-grams of the error text, trained on ``forensics/data/corpus`` plus the
+user's ``forensics label``s) pick the likeliest phase no earlier than what the log proves; the
+verdict is then ``decided: false`` with a low confidence and says what would settle it.
 
 The model is kept as JSON (vocabularies, idf weights, coefficients, a calibration temperature):
 it is retrained from the corpus in seconds when absent and cached in the store's ``models/``
@@ -31,11 +41,11 @@ from typing import Any
 import polars as pl
 
 import forensics_parsers.sglang as sglang_parser
+from forensics import frames as frames_table
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
 
 PHASES = sigs.PHASES
-STARTUP_PHASES = ("cleanup", "pre-exec", "load", "capture")  # a run that served left these
 MODEL_VERSION = 3
 CORPUS = (
     Path(__file__).resolve().parent / "data" / "corpus"
@@ -43,58 +53,9 @@ CORPUS = (
 LABELS_CSV = CORPUS / "labels.csv"
 STALE_S = 300.0  # a log untouched this long while mid-stage counts as hung
 
-# Where on the stack a traceback happened -> phase. Checked in this order; the first phase
-# with a matching frame wins (runtime stacks may also pass through graph *replay*, capture
-# stacks through model init, so the more specific phases come first).
-FRAME_PHASES: list[tuple[str, str, str]] = [
-    (
-        "runtime",
-        "func",
-        r"^(?:event_loop\w*|run_batch|process_batch_result\w*|"
-        r"forward_batch_generation|handle_generate_request|process_input_requests|"
-        r"get_next_batch_to_run|update_running_batch|verify|forward_draft_extend_after_decode|"
-        r"handle_loop|recv_requests|_handle_batch_output|generate_request|_wait_one_response|"
-        r"replay|replay_prepare|run_step|self_check_during_idle|watchdog_thread)$",
-    ),
-    ("runtime", "file", r"detokenizer_manager\.py|scheduler_output_processor_mixin\.py"),
-    (
-        "capture",
-        "func",
-        r"^(?:capture|capture_one_batch_size|init_cuda_graphs|init_device_graphs|"
-        r"_capture_graph|capture_graph|_execute_server_warmup|_wait_and_warmup|warmup\w*|"
-        r"init_piecewise_cuda_graphs|compile_fx|_compile)$",
-    ),
-    ("capture", "file", r"cuda_graph_runner\.py|graph_runner\.py|torch/_dynamo/|torch/_inductor/"),
-    (
-        "load",
-        "func",
-        r"^(?:init_torch_distributed|init_distributed_environment|"
-        r"initialize_model_parallel|load_model|load_weights\w*|weight_loader\w*|get_model|"
-        r"_initialize_model|init_memory_pool|profile_max_num_token|init_kv_cache\w*|"
-        r"init_model_worker|init_attention_backend|make_layers|create_weights|"
-        r"ensure_model_parallel_initialized|init_process_group)$",
-    ),
-    (
-        "load",
-        "file",
-        r"model_loader/|model_runner\.py|tp_worker\.py|eagle_worker\w*\.py|"
-        r"memory_pool\.py|parallel_state\.py|pynccl\w*\.py|/models/",
-    ),
-    (
-        "pre-exec",
-        "func",
-        r"^(?:prepare_server_args|parse_args|__post_init__|check_server_args|"
-        r"from_cli_args|_handle_\w+|get_config|get_tokenizer|cached_file|hf_hub_download|"
-        r"snapshot_download|_find_and_load\w*)$",
-    ),
-    (
-        "pre-exec",
-        "file",
-        r"server_args\.py|argparse\.py|huggingface_hub/|hf_transformers_utils\.py|"
-        r"launch_server\.py",
-    ),
-]
-_FRAME_RX = [(p, k, re.compile(rx)) for p, k, rx in FRAME_PHASES]
+# Where on the stack a traceback happened -> phase: the table of forensics/frames.py, read from
+# SGLang's own source (every release wheel 0.1.14 .. 0.5.23).
+FRAME_PHASES = frames_table.FRAMES
 
 # Stage in force -> phase (the last stage line seen before the failure).
 STAGE_PHASE: dict[str, str] = {
@@ -115,6 +76,33 @@ STAGE_PHASE: dict[str, str] = {
     "serving": "runtime",
 }
 STAGE_ORDER = list(STAGE_PHASE)
+
+# The server's life, in order: a failure is never earlier than the furthest stage the log
+# proves was reached (a decode/prefill line proves serving, a capture line that loading ended).
+LIFE = ("pre-exec", "load", "capture", "runtime")
+# Stage reached -> the earliest phase a later failure can be in. The `server_args` line proves
+# nothing more than pre-exec: some argument checks run after it is printed.
+STAGE_FLOOR = {st: ph for st, ph in STAGE_PHASE.items() if st != "server_args"}
+SHUTDOWN_STAGES = ("shutdown_begin", "shutdown_end")
+# stages printed at the end of startup: metrics lines after them but before "ready" are the
+# warm-up request's
+WARMUP_AFTER = ("capture_end", "capacity", "uvicorn_started", "warmup")
+CONSEQUENCE_KINDS = ("sigquit", "exit_code", "init_failed", "scheduler_dead", "subprocess_crash")
+# frames of a test harness or an HTTP client, never of the server
+HARNESS_FRAME = re.compile(
+    r"(?:^|/)(?:unittest|_pytest|pytest|requests|urllib3|aiohttp|httpx|openai)/|/sglang/test/|"
+    r"(?:^|/)test_\w*\.py$|(?:^|/)bench_serving\.py$"
+)
+
+
+def _later(a: str | None, b: str | None) -> str | None:
+    """The later of two phases of the server's life (None counts as no constraint)."""
+    if a not in LIFE:
+        return b if b in LIFE else a
+    if b not in LIFE:
+        return a
+    return a if LIFE.index(a) >= LIFE.index(b) else b
+
 
 # Signature refinements by the phase the rules settled on: (signature, phase, new signature).
 REFINE: list[tuple[str, str, str]] = [
@@ -153,6 +141,8 @@ class ErrorRec:
     hits: list[sigs.Hit]
     noise: str | None
     ts: Any = None
+    rank: str = ""
+    routine: str | None = None  # why this line never decides (NOISE id or ROUTINE_CONTEXT id)
 
 
 @dataclass
@@ -179,14 +169,17 @@ class Analysis:
     capture_cause: str | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    served_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, rank), sorted
+    stage_ranks: dict[int, str] = field(default_factory=dict)  # stage line -> rank tag
+    first_server_line: int | None = None  # the server's first own (tagged) line
+    floor: str | None = None  # the furthest phase the log proves was reached before the cause
+    decided: bool = False  # the text places the phase (else the phase is the likeliest guess)
+    basis: str = ""  # what placed it (BASIS_CONFIDENCE key)
+    ended: bool = False  # a line proves the process tree exited (not hung)
 
 
 def _frame_phase(frames: list[tuple[str, str]]) -> str | None:
-    for phase, kind, rx in _FRAME_RX:
-        for f, fn in frames:
-            if rx.search(fn if kind == "func" else f):
-                return phase
-    return None
+    return frames_table.phase_of(frames)
 
 
 def _view(frames_tables: dict[str, pl.DataFrame], run_index: int) -> dict[str, pl.DataFrame]:
@@ -205,12 +198,31 @@ def analyze(
     """Rule evidence for one run, from the parser's frames (or the store's rows of that run)."""
     v = _view(tables, run_index)
     ev, er, ln, dec, runs = v["events"], v["errors"], v["lines"], v["decode"], v["runs"]
+    pre = v.get("prefill", pl.DataFrame())
     stages: list[tuple[str, str, int]] = []
+    stage_ranks: dict[int, str] = {}
     if not ev.is_empty():
-        for st, sc, li in ev.sort("line").select("stage", "scope", "line").iter_rows():
+        rk = ev["rank"] if "rank" in ev.columns else None
+        for i, (st, sc, li) in enumerate(
+            ev.sort("line").select("stage", "scope", "line").iter_rows()
+        ):
             stages.append((st, sc or "", li))
+            if rk is not None:
+                stage_ranks[li] = ev.sort("line")["rank"][i] or ""
+    served_lines: list[tuple[int, str]] = []
+    for df in (dec, pre):
+        if df is not None and not df.is_empty() and "line" in df.columns:
+            ranks = df["rank"].to_list() if "rank" in df.columns else [""] * len(df)
+            served_lines += [
+                (int(li), r or "") for li, r in zip(df["line"].to_list(), ranks, strict=True)
+            ]
+    served_lines.sort()
     ready = [li for st, _, li in stages if st == "ready"]
-    ndec = len(dec)
+    ndec = len(served_lines)
+    # the server's first own line: a stage or a metrics line (what comes before it in a log
+    # that shows the server starting is a harness's, pip's or a shell's)
+    owned = [li for _, _, li in stages[:1]] + [li for li, _ in served_lines[:1]]
+    first_server_line = min(owned) if owned else None
     lines: list[tuple[int, str, str]] = []
     if not ln.is_empty():
         lines = [
@@ -228,7 +240,9 @@ def analyze(
             blob = " ".join(f"{f} {fn}" for f, fn in fr)
             full = text if (exc and exc in text) or not exc else f"{text}\n{exc}: {msg}"
             hits = sigs.match(full, line=r["line"], frames=blob)
-            noise = sigs.noise_kind(msg or text) if not hits else None
+            noise = sigs.noise_kind(msg or text)
+            if hits and noise not in sigs.WHOLE_LINE:
+                noise = None
             errors.append(
                 ErrorRec(
                     line=r["line"],
@@ -242,6 +256,7 @@ def analyze(
                     hits=hits,
                     noise=noise,
                     ts=r.get("ts"),
+                    rank=r.get("rank") or "",
                 )
             )
     # lines the parser kept as unknown/warning may still carry a signature (e.g. bash errors)
@@ -249,15 +264,17 @@ def analyze(
         if kind in ("unknown", "uvicorn_warning", "generic_warning", "port_wait", "usage"):
             hits = sigs.match(text, line=li)
             if hits and not any(e.line == li for e in errors):
-                errors.append(ErrorRec(li, li, kind, "", "", text, text, [], hits, None))
+                noise = sigs.noise_kind(text)
+                noise = noise if noise in sigs.WHOLE_LINE else None
+                errors.append(ErrorRec(li, li, kind, "", "", text, text, [], hits, noise))
     errors.sort(key=lambda e: e.line)
     last_line = 0
     last_ts = None
     if not runs.is_empty():
         last_line = int(runs["last_line"].max() or 0)
         last_ts = runs["ended_at"].max()
-    if not dec.is_empty():
-        last_line = max(last_line, int(dec["line"].max()))
+    if served_lines:
+        last_line = max(last_line, served_lines[-1][0])
     config = {}
     if not runs.is_empty():
         row = runs.row(-1, named=True)
@@ -274,10 +291,22 @@ def analyze(
             )
         }
     ready_line = min(ready) if ready else None
+    # before "ready" the server sends itself a warm-up request (http_server's
+    # _execute_server_warmup / _wait_and_warmup: max_new_tokens 8, fewer than the decode log
+    # interval, so it prints prefill lines only): prefill lines after the startup's end with
+    # no ready line and no decode line are that request, not serving
+    warmup_traffic = (
+        ready_line is None
+        and bool(served_lines)
+        and (dec is None or dec.is_empty())
+        and any(st in WARMUP_AFTER and li < served_lines[0][0] for st, _, li in stages)
+    )
+    if warmup_traffic:
+        ndec = 0
     if ready_line is None and ndec:
         # no ready line in the log (a fragment, a lost or cut line), but it served: decode
-        # lines come after ready
-        ready_line = int(dec["line"].min())
+        # and prefill lines come after ready
+        ready_line = served_lines[0][0]
     a = Analysis(
         path=path,
         run_index=run_index,
@@ -292,23 +321,93 @@ def analyze(
         last_ts=last_ts,
         mtime=mtime,
         config=config,
+        served_lines=served_lines,
+        stage_ranks=stage_ranks,
+        first_server_line=first_server_line,
     )
+    for e in a.errors:
+        e.routine = _routine(a, e)
     _decide(a)
     return a
 
 
-def _is_fatal(a: Analysis, e: ErrorRec) -> bool:
+# --------------------------------------------------------------------------------------
+# Lines that never decide, by where they are (the NOISE table says which texts never do)
+# --------------------------------------------------------------------------------------
+def _server_frames(e: ErrorRec) -> bool:
+    return any(not HARNESS_FRAME.search(f) for f, _ in e.frames)
+
+
+def _before_server(a: Analysis, e: ErrorRec) -> bool:
+    return (
+        a.first_server_line is not None
+        and e.ts is None
+        and e.last_line < a.first_server_line
+        and not (e.frames and _server_frames(e))
+    )
+
+
+def _after_shutdown(a: Analysis, e: ErrorRec) -> bool:
+    return any(st in SHUTDOWN_STAGES and li < e.line for st, _, li in a.stages)
+
+
+def _harness(a: Analysis, e: ErrorRec) -> bool:
+    return bool(e.frames) and not _server_frames(e)
+
+
+def _client_after_serving(a: Analysis, e: ErrorRec) -> bool:
+    return (
+        bool(a.served_lines)
+        and e.line > a.served_lines[0][0]
+        and e.ts is None
+        and not e.frames
+        and not e.hits
+        and e.kind not in CONSEQUENCE_KINDS
+    )
+
+
+def _kept_serving(a: Analysis, e: ErrorRec) -> bool:
+    return any(li > e.last_line and (not e.rank or r == e.rank) for li, r in a.served_lines)
+
+
+# Where an error-looking line never decides, whatever it says: (id, why, test), in order.
+ROUTINE_CONTEXT: list[tuple[str, str, Any]] = [
+    (
+        "before_server",
+        "printed before the server's own output (a harness, pip, a shell)",
+        _before_server,
+    ),
+    ("after_shutdown", "printed after the server was asked to shut down", _after_shutdown),
+    ("harness", "a test harness's or client's traceback (no frame of the server)", _harness),
+    (
+        "client_after_serving",
+        "an untagged error after the server served: its client's or harness's",
+        _client_after_serving,
+    ),
+    ("kept_serving", "the server went on serving after it (one request failed)", _kept_serving),
+]
+
+
+def _routine(a: Analysis, e: ErrorRec) -> str | None:
+    """Why ``e`` never decides the verdict (a NOISE id or a ROUTINE_CONTEXT id), else None."""
     if e.noise:
+        return e.noise
+    for rid, _, test in ROUTINE_CONTEXT:
+        if test(a, e):
+            return rid
+    return None
+
+
+def _is_fatal(a: Analysis, e: ErrorRec) -> bool:
+    """An error decides only if fatal: a traceback's exception, a fatal signature, an exit."""
+    if e.routine:
         return False
-    if e.kind in ("sigquit", "exit_code", "init_failed", "scheduler_dead", "subprocess_crash"):
+    if e.kind in CONSEQUENCE_KINDS:
         return False  # consequences: they say a child failed, not why
     if e.hits:
         return True
     if a.ready_line is not None and e.line > a.ready_line:
         # after ready, an error matters when the server stopped afterwards
-        later_decode = any(li > e.last_line for li, k, _ in a.lines if k == "ready")
-        if later_decode:
-            return False
         followed = any(
             x.line > e.line and x.kind in ("sigquit", "exit_code", "subprocess_crash")
             for x in a.errors
@@ -322,11 +421,7 @@ def _is_fatal(a: Analysis, e: ErrorRec) -> bool:
 
 
 def _consequences(a: Analysis) -> list[ErrorRec]:
-    return [
-        e
-        for e in a.errors
-        if e.kind in ("exit_code", "scheduler_dead", "subprocess_crash", "init_failed", "sigquit")
-    ]
+    return [e for e in a.errors if e.kind in CONSEQUENCE_KINDS and not e.routine]
 
 
 def _stage_at(a: Analysis, line: int | None) -> str | None:
@@ -342,6 +437,27 @@ def _stage_at(a: Analysis, line: int | None) -> str | None:
     return last
 
 
+def _floor(a: Analysis, line: int | None, rank: str = "") -> str | None:
+    """The phase the log proves was reached before ``line`` (the whole log if None).
+
+    A rank's failure is placed by that rank's own stages when the log has them (one rank can
+    be capturing while another still loads)."""
+    ranked = rank and any(a.stage_ranks.get(li) for _, _, li in a.stages)
+    stages = [
+        (st, li)
+        for st, _, li in a.stages
+        if (line is None or li < line) and (not ranked or a.stage_ranks.get(li, "") in ("", rank))
+    ]
+    # the stage in force (the last one), not the furthest: an EAGLE/MTP draft model loads
+    # after the target's graphs were captured, and that is loading again
+    placed = [STAGE_FLOOR[st] for st, _ in stages if st in STAGE_FLOOR]
+    out = placed[-1] if placed else None
+    served = [li for li, r in a.served_lines if a.served and (line is None or li < line)]
+    if served or (a.ready_line is not None and (line is None or a.ready_line < line)):
+        out = "runtime"
+    return out
+
+
 def _decide(a: Analysis) -> None:
     fatal = [e for e in a.errors if _is_fatal(a, e)]
     cause = None
@@ -351,7 +467,6 @@ def _decide(a: Analysis) -> None:
         if hitters:
             best = max(hitters, key=lambda e: (sigs.best(e.hits).signature.priority, -e.line))
             cause, hit = best, sigs.best(best.hits)
-            # prefer the first traceback of the same signature (the origin, not a repeat)
         else:
             tbs = [e for e in fatal if e.kind == "traceback" or e.exc_type]
             # the first that says what was raised (a piece of a broken-up traceback may not)
@@ -367,52 +482,73 @@ def _decide(a: Analysis) -> None:
     sig = hit.signature if hit else None
     a.frame_phase = _frame_phase(cause.frames) if cause else None
     a.stage_phase = STAGE_PHASE.get(_stage_at(a, cause.line if cause else None) or "")
-    if a.stage_phase is None and a.stages and cause is not None:
-        a.stage_phase = None
+    a.floor = _floor(a, cause.line if cause else None, cause.rank if cause else "")
+    a.ended = a.shutdown or any(
+        e.noise == "resource_tracker" or e.kind in CONSEQUENCE_KINDS for e in a.errors
+    )
 
     phase: str | None = None
     hung = False
+    basis = ""
     if cause is None:
-        if a.ready_line is not None or a.served:
+        if a.served:
             phase = "ok"
+            basis = "served_end" if _served_to_the_end(a) else "served_open"
+        elif a.ready_line is not None:
+            phase, basis = "ok", "served_end" if _served_to_the_end(a) else "served_open"
         elif a.stages:
             last = _stage_at(a, None)
             phase = STAGE_PHASE.get(last or "", None)
-            if last == "capacity" or last == "uvicorn_started" or last == "warmup":
+            if last in ("capacity", "uvicorn_started", "warmup"):
                 phase = "capture"
-            hung = not a.shutdown and _stale(a)
+            phase = _later(phase, a.floor)
+            hung = not a.shutdown and not a.ended and _stale(a)
+            basis = "stage" if a.floor else "weak"
         else:
             phase = None
     else:
         after_ready = a.ready_line is not None and cause.line > a.ready_line
+        fp = a.frame_phase
         if sig is not None and sig.phase == "cleanup":
-            phase = "cleanup"
-        elif sig is not None and sig.phase == "pre-exec" and not after_ready:
-            phase = "pre-exec"
+            phase, basis = "cleanup", "signature"
         elif after_ready:
-            phase = "runtime"
+            phase, basis = "runtime", "served"
+        elif sig is not None and sig.phase == "pre-exec":
+            phase, basis = "pre-exec", "signature"
         elif (
             sig is not None
             and sig.phase in ("load", "capture")
             and sig.id not in ("illegal_memory_access", "device_side_assert")
         ):
-            phase = sig.phase
+            phase, basis = sig.phase, "signature"
         else:
-            fp = a.frame_phase
             if sig is not None and sig.phase_from == "stage" and a.stages:
                 fp = None
-            if fp == "runtime" and a.stages and a.ready_line is None:
+            if fp == "runtime" and _started(a) and a.ready_line is None:
                 fp = "capture"  # the warm-up request ran the model before "ready"
+            if fp == "forward":
+                fp = "capture"  # a forward pass before serving: capture or warm-up
             phase = fp or a.stage_phase
-            if phase is None and sig is not None:
-                phase = sig.phase
+            basis = "frames" if fp and a.frame_phase != "forward" else ""
+            if a.frame_phase == "forward":
+                basis = "forward"
+            if phase is None and sig is not None and sig.phase:
+                phase, basis = sig.phase, "signature_weak"
             if phase is None and a.stages and not a.ready_line:
                 phase = "load"
+            if not basis and a.stage_phase:
+                basis = "stage"
+        if phase in LIFE and a.floor and _later(phase, a.floor) != phase:
+            phase, basis = a.floor, "stage"
+        elif phase in LIFE and a.floor == phase and basis in ("forward", "signature_weak", ""):
+            basis = "stage"
         hung = bool(sig and sig.hung)
         if sig and sig.id == "detokenizer_heartbeat" and a.cause and a.cause.kind == "traceback":
             hung = False
     a.rule_phase = phase
     a.rule_hung = hung
+    a.basis = basis or "none"
+    a.decided = a.basis in DECIDING
 
     # signature, refined by the phase
     sid = sig.id if sig else None
@@ -430,6 +566,38 @@ def _decide(a: Analysis) -> None:
         sid = f"stalled_{phase.replace('-', '_')}"
     a.signature = sid
     a.evidence = _evidence(a)
+
+
+# What placed a verdict -> whether it is decided and how sure it is. The confidences are
+# measured (docs/diagnose.md: the real corpus and our own sets), not fitted per file.
+BASIS_CONFIDENCE: dict[str, float] = {
+    "served_end": 0.95,  # served, then the log shows its end (shutdown, exit, the client's result)
+    "served": 0.92,  # a fatal error after the server served
+    "signature": 0.9,  # a catalog signature with a fixed phase
+    "frames": 0.88,  # the traceback's frames place it (forensics/frames.py)
+    "stage": 0.88,  # the stages the log proves were reached place it
+    "served_open": 0.6,  # served and no error, but the log stops while serving
+    "forward": 0.55,  # a forward pass with nothing above it: capture or later
+    "signature_weak": 0.5,  # a signature that says what, not where
+    "weak": 0.45,
+    "none": 0.35,  # nothing places it: the likeliest phase
+}
+DECIDING = ("served_end", "served", "signature", "frames", "stage")
+
+
+def _started(a: Analysis) -> bool:
+    """The log shows the server's startup (a load or capture stage), not only its tail."""
+    return any(STAGE_FLOOR.get(st) in ("load", "capture") for st, _, _ in a.stages)
+
+
+def _served_to_the_end(a: Analysis) -> bool:
+    """Served, and the log shows the run's end: a shutdown, an exit, or more of the log
+    (its client's or harness's output) after the server's last metrics line."""
+    if a.ended:
+        return True
+    last = a.served_lines[-1][0] if a.served_lines else (a.ready_line or 0)
+    after = [li for li, k, _ in a.lines if li > last and k not in ("uvicorn_access",)]
+    return len(after) >= 3
 
 
 def _in_capture(a: Analysis) -> bool:
@@ -687,9 +855,6 @@ def _fit(docs: list[tuple[str, str]], y: list[str], *, C: float = 4.0) -> Model:
 # --------------------------------------------------------------------------------------
 # Combining rules and model
 # --------------------------------------------------------------------------------------
-RULE_WEIGHT = 0.8  # the probability the rules' phase gets in the prior they contribute
-
-
 @dataclass
 class Verdict:
     path: str
@@ -704,6 +869,9 @@ class Verdict:
     rule_phase: str | None = None
     model_phase: str | None = None
     capture_cause: str | None = None
+    decided: bool = True  # the log's text places the phase; False: the likeliest guess
+    basis: str = ""  # what placed it (a BASIS_CONFIDENCE key)
+    settle: list[str] = field(default_factory=list)  # what evidence would settle an undecided one
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -713,26 +881,11 @@ class Verdict:
             "hung": self.hung,
             "signature": self.signature,
             "confidence": round(self.confidence, 3),
+            "decided": self.decided,
             "evidence": self.evidence,
             "explanation": self.explanation,
             "next_steps": self.next_steps,
         }
-
-
-def combine(a: Analysis, p_model: list[float], classes: list[str]) -> tuple[str, float, str]:
-    probs = dict(zip(classes, p_model, strict=False))
-    for c in PHASES:
-        probs.setdefault(c, 1e-6)
-    model_phase = max(probs, key=probs.get)
-    if a.rule_phase in PHASES:
-        other = (1.0 - RULE_WEIGHT) / (len(PHASES) - 1)
-        comb = {c: probs[c] * (RULE_WEIGHT if c == a.rule_phase else other) for c in PHASES}
-    else:
-        comb = dict(probs)
-    z = sum(comb.values()) or 1.0
-    comb = {c: v / z for c, v in comb.items()}
-    phase = max(comb, key=comb.get)
-    return phase, comb[phase], model_phase
 
 
 def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
@@ -809,17 +962,39 @@ def verdicts(analyses: list[Analysis], model: Model | None) -> list[Verdict]:
     return [verdict(a, model, p=list(p)) for a, p in zip(analyses, probs, strict=True)]
 
 
+# What would settle an undecided verdict, by what the log lacks.
+SETTLE = {
+    "served_open": "the rest of the log (after its last line) says whether the run ended well",
+    "forward": "the frames above the model's forward (the whole traceback) or the stage lines "
+    "before it say whether it was capture, warm-up or serving",
+    "fragment": "the full log (its stage lines place the failure); or `forensics diagnose NAME "
+    "--relaunch` to replay the launch with evidence collected",
+}
+
+
 def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -> Verdict:
-    if model is not None:
-        if p is None:
-            p = list(model.proba([features(a)])[0])
-        phase, conf, mphase = combine(a, list(p), model.classes)
-        if a.served and phase in STARTUP_PHASES and a.rule_phase not in STARTUP_PHASES:
-            # the log shows decoding: the run did not die starting up, whatever the text
-            # model says (the rules' ok/runtime stands)
-            phase, conf = a.rule_phase or "runtime", max(conf, 0.5)
+    """The verdict of one run: the rules' phase when the text decides it (logic before
+    statistics), else the likeliest phase no earlier than what the log proves, undecided."""
+    mphase = None
+    if a.decided and a.rule_phase in PHASES:
+        phase, conf = a.rule_phase, BASIS_CONFIDENCE[a.basis]
     else:
-        phase, conf, mphase = a.rule_phase or "pre-exec", 0.6 if a.rule_phase else 0.2, None
+        allowed = [c for c in PHASES if a.floor is None or c == "ok" or _later(c, a.floor) == c]
+        if a.cause is not None:
+            allowed = [c for c in allowed if c != "ok"] or allowed
+        if model is not None:
+            if p is None:
+                p = list(model.proba([features(a)])[0])
+            probs = dict(zip(model.classes, p, strict=False))
+            mphase = max(probs, key=probs.get)
+        else:
+            probs = {}
+        if a.rule_phase in allowed:
+            phase = a.rule_phase
+        else:
+            phase = max(allowed, key=lambda c: probs.get(c, 0.0)) if probs else allowed[0]
+        share = probs.get(phase, 0.5) / (sum(probs.get(c, 0.0) for c in allowed) or 1.0)
+        conf = BASIS_CONFIDENCE.get(a.basis, 0.35) * (0.75 + 0.25 * share)
     hung = a.rule_hung if phase == a.rule_phase else (phase != "ok" and a.cause is None)
     if phase == "ok":
         hung = False
@@ -830,6 +1005,13 @@ def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -
         else:
             a.signature = _refine(a, a.signature, phase)
     text, steps = explain(a, phase, hung)
+    settle: list[str] = []
+    if not a.decided:
+        key = a.basis if a.basis in SETTLE else "fragment"
+        settle.append(SETTLE[key])
+        if key != "fragment":
+            settle.append(SETTLE["fragment"])
+        text = f"{text} (undecided: the text does not place it; {settle[0]})"
     return Verdict(
         path=a.path,
         run_index=a.run_index,
@@ -839,10 +1021,13 @@ def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -
         confidence=float(conf),
         evidence=a.evidence,
         explanation=text,
-        next_steps=steps,
+        next_steps=steps + [s for s in settle[1:] if s not in steps],
         rule_phase=a.rule_phase,
         model_phase=mphase,
         capture_cause=a.capture_cause,
+        decided=a.decided,
+        basis=a.basis,
+        settle=settle,
     )
 
 
@@ -864,6 +1049,7 @@ def corpus_digest(corpus: Path = CORPUS) -> str:
     h.update(str(MODEL_VERSION).encode())
     h.update(Path(__file__).read_bytes())
     h.update(Path(sigs.__file__).read_bytes())
+    h.update(Path(frames_table.__file__).read_bytes())
     h.update(Path(sglang_parser.__file__).read_bytes())  # the features come from its frames
     h.update((corpus / "labels.csv").read_bytes())
     return h.hexdigest()[:16]
@@ -1128,13 +1314,15 @@ def classify_bytes(
 
 def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
     out = {}
-    for name in ("runs", "events", "errors", "lines", "decode"):
+    for name in ("runs", "events", "errors", "lines", "decode", "prefill"):
         df = store.table(name)
         if not df.is_empty() and "source_id" in df.columns:
             df = df.filter(pl.col("source_id") == source_id)
         out[name] = df
-    if not out["decode"].is_empty():
-        out["decode"] = out["decode"].select("run_index", "line")
+    for name in ("decode", "prefill"):
+        df = out[name]
+        if not df.is_empty():
+            out[name] = df.select([c for c in ("run_index", "line", "rank") if c in df.columns])
     return out
 
 
@@ -1194,7 +1382,7 @@ def classify_stored(store, source_id: str, run_index: int, model: Model | None =
     v = verdict(a, model if model is not None else load_model(store))
     label = _labels_for(store).get(source_id, {}).get(run_index)
     if label:
-        v.phase, v.confidence = label, 1.0
+        v.phase, v.confidence, v.decided = label, 1.0, True
         v.explanation = f"labeled {label} by you (forensics label); " + v.explanation
     return v
 

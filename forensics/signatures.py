@@ -430,18 +430,75 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
     },
 ]
 
-# Error-looking texts that never explain a failure.
+# Routine lines: error-looking texts SGLang and its environment print in healthy runs. They
+# never explain a failure, wherever they appear ("why" says what they are). A `whole_line`
+# entry is routine even when the line also holds a signature's words ("Ignore import error when
+# loading x: No module named y" is not an import error of the server).
 NOISE: list[dict[str, str]] = [
     {
         "id": "triton_diag",
         "pattern": r"^(?:[\w/.\-]+:\d+:\d+: )?error: .*(?:triton|tt\.|ttg\.|mlir|"
         r"operation scheduled before its operands|failed to legalize)",
+        "why": "a Triton/MLIR compiler diagnostic; the exception that follows (if any) decides",
     },
-    {"id": "triton_note", "pattern": r"^[\w/.\-]+\.py:\d+:\d+: (?:error|note|remark): "},
-    {"id": "deprecation", "pattern": r"(?i)\bdeprecat|FutureWarning|UserWarning"},
-    {"id": "state_deleted", "pattern": r"but the state was deleted in TokenizerManager"},
-    {"id": "request_error", "pattern": r"^\[http_server\] Error: |^Abort(?:ed)? request"},
-    {"id": "crash_dump_skip", "pattern": r"crash dump already performed, skipping"},
+    {
+        "id": "triton_note",
+        "pattern": r"^[\w/.\-]+\.py:\d+:\d+: (?:error|note|remark): ",
+        "why": "a compiler note pointing into a kernel's source",
+    },
+    {
+        "id": "deprecation",
+        "pattern": r"(?i)\bdeprecat|FutureWarning|UserWarning",
+        "why": "a deprecation or user warning",
+    },
+    {
+        "id": "state_deleted",
+        "pattern": r"but the state was deleted in TokenizerManager",
+        "why": "a request finished after its client went away",
+    },
+    {
+        "id": "request_error",
+        "pattern": r"^\[http_server\] Error: |^Abort(?:ed)? request",
+        "why": "one request failed or was aborted; the server went on",
+    },
+    {
+        "id": "crash_dump_skip",
+        "pattern": r"crash dump already performed, skipping",
+        "why": "the crash dump of an earlier failure",
+    },
+    {
+        "id": "ignored_import",
+        "whole_line": True,
+        "pattern": r"Ignore import error when loading ",
+        "why": "SGLang imports every model file at start and logs those whose optional "
+        "dependency is missing (ModelRegistry); the server goes on",
+    },
+    {
+        "id": "driver_version",
+        "whole_line": True,
+        "pattern": r"Warning: Driver Version: ",
+        "why": "torch_npu's driver-version warning on Ascend hosts",
+    },
+    {
+        "id": "resource_tracker",
+        "whole_line": True,
+        "pattern": r"resource_tracker(?:\.py:\d+: UserWarning)?: There appear to be \d+ leaked|"
+        r"resource_tracker: \S+: (?:FileNotFoundError|UserWarning)",
+        "why": "multiprocessing's leak report when a process tree exits: it says the run "
+        "ended, not why",
+    },
+    {
+        "id": "tbe_subprocess",
+        "whole_line": True,
+        "pattern": r"TBE Subprocess\[\w+\] raise error",
+        "why": "Ascend CANN's kernel-compiler workers reporting that their parent exited",
+    },
+    {
+        "id": "http2_preface",
+        "whole_line": True,
+        "pattern": r'"PRI \* HTTP/2\.0" \d{3}',
+        "why": "an HTTP/2 client probing the HTTP/1.1 server (404)",
+    },
 ]
 
 # Lines that only follow a failure (the SIGQUIT chain): never the cause themselves.
@@ -502,11 +559,12 @@ BY_ID: dict[str, Signature] = {s.id: s for s in SIGNATURES}
 _NOISE = [(n["id"], re.compile(n["pattern"])) for n in NOISE]
 _CAUSES = [(c, [re.compile(p) for p in c["patterns"]]) for c in CAPTURE_CAUSES]
 
-FRAME_RX = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# a traceback's frame, or a faulthandler dump's (`File "x.py", line 12 in f`, no comma)
+FRAME_RX = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>[\w<>.]+)')
 
 
 _FRAME_START = re.compile(r'^\s*File "')
-_FRAME_END = re.compile(r'", line \d+, in [\w<>.]+\s*$')
+_FRAME_END = re.compile(r'", line \d+,? in [\w<>.]+\s*$')
 _WRAP_PIECE = re.compile(r'^[\w<>.,/" -]+$')
 _EXC_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Warning)\b")
 
@@ -539,6 +597,9 @@ def unwrap_frames(text: str) -> str:
 def frames_of(text: str) -> list[tuple[str, str]]:
     """(file, function) of every frame in a traceback text, outermost first."""
     return [(m.group("file"), m.group("func")) for m in FRAME_RX.finditer(unwrap_frames(text))]
+
+
+WHOLE_LINE = frozenset(n["id"] for n in NOISE if n.get("whole_line"))
 
 
 def noise_kind(text: str) -> str | None:
