@@ -215,7 +215,9 @@ def attach(
     ), warnings
 
 
-def _with_log_accept_len(store: Store, bench: pl.DataFrame) -> pl.DataFrame:
+def _with_log_accept_len(
+    store: Store, bench: pl.DataFrame, decode: Callable[[], pl.DataFrame]
+) -> pl.DataFrame:
     """The attached run's own accept length inside each timed result's window (as
     ``forensics bench`` records it: ``accept_len_log``, ``accept_len_log_lines``)."""
     import polars as pl
@@ -225,15 +227,13 @@ def _with_log_accept_len(store: Store, bench: pl.DataFrame) -> pl.DataFrame:
     timed = bench.filter(pl.col("run_id").is_not_null() & pl.col("started_at").is_not_null())
     if timed.is_empty():
         return bench
-    decode = store.table("decode")
+    dec = decode()
     means: list[float | None] = []
     lines: list[int | None] = []
     for r in bench.iter_rows(named=True):
         m, n = (None, None)
         if r["run_id"] is not None and r["started_at"] is not None:
-            m, n = log_accept_len(
-                store, r["run_id"], r["started_at"], r["duration_s"] or 0.0, decode
-            )
+            m, n = log_accept_len(store, r["run_id"], r["started_at"], r["duration_s"] or 0.0, dec)
         means.append(m)
         lines.append(n)
     return bench.with_columns(
@@ -245,6 +245,37 @@ def _with_log_accept_len(store: Store, bench: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------------------
 # Ingesting one results file
 # --------------------------------------------------------------------------------------
+class RunIndex:
+    """What results attach to, read once per ingest call however many results files it
+    has (the logs of the call are ingested before them): the runs table, the run ``--run``
+    names, the decode lines."""
+
+    def __init__(self, store: Store, run: str | None = None):
+        self.store = store
+        self.run = run
+        self._memo: dict[str, Any] = {}
+
+    def _once(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def runs(self) -> pl.DataFrame:
+        from forensics.runs import runs_table
+
+        return self._once("runs", lambda: runs_table(self.store, classify=False))
+
+    def target(self) -> tuple[str, str] | None:
+        from forensics.bench import resolve_run
+
+        if self.run is None:
+            return None
+        return self._once("target", lambda: resolve_run(self.store, self.run))
+
+    def decode(self) -> pl.DataFrame:
+        return self._once("decode", lambda: self.store.table("decode"))
+
+
 def ingest_results(
     store: Store,
     host: Any,
@@ -254,10 +285,10 @@ def ingest_results(
     *,
     run: str | None = None,
     lock_timeout: float | None = None,
+    index: RunIndex | None = None,
 ) -> FileOutcome:
     """Parse, attach and store one results file (one transaction). Raises ParseError when
     the file is not a result of a known tool."""
-    from forensics.runs import runs_table
     from forensics_parsers.benchresults import MAX_BYTES, NotBenchResult, parse
 
     st = host.stat(path)
@@ -286,18 +317,14 @@ def ingest_results(
         res = parse(data, source=out.source_id)
     except NotBenchResult as exc:
         raise ParseError(f"{path}: {exc.cause}", hint=exc.fix) from None
-    target = None
-    if run is not None:
-        from forensics.bench import resolve_run
-
-        target = resolve_run(store, run)
+    index = index or RunIndex(store, run)
     bench, warnings = attach(
-        runs_table(store, classify=False),
+        index.runs(),
         res.bench,
-        run=target,
+        run=index.target(),
         not_after=dt.datetime.fromtimestamp(st.mtime),
     )
-    bench = _with_log_accept_len(store, bench)
+    bench = _with_log_accept_len(store, bench, index.decode)
     summary.warnings.extend(f"{path}: {w}" for w in res.warnings + warnings)
     with store.transaction(lock_timeout) as tx:
         if prev is not None:
@@ -327,4 +354,11 @@ def ingest_results(
     return out
 
 
-__all__ = ["ATTACH_RULES", "RESULT_SUFFIXES", "attach", "ingest_results", "is_results_file"]
+__all__ = [
+    "ATTACH_RULES",
+    "RESULT_SUFFIXES",
+    "RunIndex",
+    "attach",
+    "ingest_results",
+    "is_results_file",
+]

@@ -29,6 +29,7 @@ from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageE
 from forensics.store import Store
 
 if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
+    from forensics.bench_results import RunIndex
     from forensics_parsers.sglang import Frames
 
 READ_CHUNK = 4 << 20
@@ -289,7 +290,7 @@ def ingest(
 ) -> IngestSummary:
     """Ingest every log and benchmark results file the inputs name. Raises InputNotFound
     when none exists. ``run``: attach the results files to this run (else by time/server)."""
-    from forensics.bench_results import is_results_file
+    from forensics.bench_results import RunIndex, is_results_file
 
     t0 = time.monotonic()
     summary = IngestSummary()
@@ -315,6 +316,7 @@ def ingest(
             "or AIPerf to a run",
         )
     results_error: ForensicsError | None = None
+    index: RunIndex | None = None
     try:
         for i, (host, path) in enumerate(files):
             report = None
@@ -325,7 +327,9 @@ def ingest(
 
                 report(0, 0)
             if is_results_file(path):
-                outcome, err = _ingest_results(store, host, path, summary, run, lock_timeout)
+                if index is None:  # the runs are read once, after the logs of this call
+                    index = RunIndex(store, run)
+                outcome, err = _ingest_results(store, host, path, summary, index, lock_timeout)
                 results_error = results_error or err
             else:
                 outcome = _ingest_one(
@@ -380,7 +384,7 @@ def _ingest_results(
     host: Any,
     path: str,
     summary: IngestSummary,
-    run: str | None,
+    index: RunIndex,
     lock_timeout: float | None,
 ) -> tuple[FileOutcome, ForensicsError | None]:
     """A benchmark results file (forensics/bench_results.py); a bad one is a failed file."""
@@ -390,7 +394,7 @@ def _ingest_results(
     out = FileOutcome(path=path, host=host.name, status="new", source_id=source_id(host.name, path))
     try:
         return ingest_results(
-            store, host, path, out, summary, run=run, lock_timeout=lock_timeout
+            store, host, path, out, summary, run=index.run, lock_timeout=lock_timeout, index=index
         ), None
     except InputNotFound as exc:
         return _skip(

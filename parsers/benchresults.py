@@ -121,15 +121,22 @@ class NotBenchResult(ValueError):
 # --------------------------------------------------------------------------------------
 # Converters: a tool's value -> the column's value (None when absent or not a number)
 # --------------------------------------------------------------------------------------
+INT64_MAX = 2**63 - 1
+
+
 def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return float(v)
+    try:
+        f = float(v)  # an int of 400 digits is valid JSON and overflows a float
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _int(v: Any) -> int | None:
     f = _num(v)
-    return int(round(f)) if f is not None else None
+    return int(round(f)) if f is not None and abs(f) <= INT64_MAX / 2 else None
 
 
 def _ms(v: Any) -> float | None:
@@ -189,7 +196,7 @@ def _mode(concurrency: int | None, rate: float | None) -> str:
 
 def _mean_len(total: Any, n: Any) -> int | None:
     t, c = _num(total), _num(n)
-    return int(round(t / c)) if t is not None and c else None
+    return _int(t / c) if t is not None and c else None
 
 
 def _derive_sglang(rec: dict[str, Any], row: dict[str, Any]) -> None:
@@ -219,7 +226,7 @@ def _derive_vllm(rec: dict[str, Any], row: dict[str, Any]) -> None:
     row["input_len"] = _mean_len(rec.get("total_input_tokens"), rec.get("completed"))
     row["output_len"] = _mean_len(rec.get("total_output_tokens"), rec.get("completed"))
     if rec.get("num_prompts") is None and row.get("completed") is not None:
-        row["num_prompts"] = (row["completed"] or 0) + (row.get("failed") or 0)
+        row["num_prompts"] = _int((row["completed"] or 0) + (row.get("failed") or 0))
     row["accept_len_server_scope"] = "window" if row.get("accept_len_server") else None
 
 
@@ -245,9 +252,9 @@ def _derive_aiperf(rec: dict[str, Any], row: dict[str, Any]) -> None:
     done = row.get("completed")
     errors = rec.get("error_summary")
     if isinstance(errors, list):
-        row["failed"] = sum(_int(e.get("count")) or 0 for e in errors if isinstance(e, dict))
+        row["failed"] = _int(sum(_int(e.get("count")) or 0 for e in errors if isinstance(e, dict)))
     if done is not None:
-        row["num_prompts"] = done + (row.get("failed") or 0)
+        row["num_prompts"] = _int(done + (row.get("failed") or 0))
     row["interrupted"] = bool(rec.get("was_cancelled"))
 
 

@@ -255,3 +255,18 @@ def test_remote_copies_keep_their_times(tmp_path, capsys):
     os.utime(dst, None)
     run(capsys, "ingest", str(LOG), str(dst))
     assert [r["attached_by"] for r in bench()] == ["server", "server"]
+
+
+def test_many_results_files_read_the_runs_once(capsys, tmp_path, monkeypatch):
+    import forensics.runs as runs_mod
+
+    calls = []
+    real = runs_mod.runs_table
+    monkeypatch.setattr(runs_mod, "runs_table", lambda *a, **k: calls.append(1) or real(*a, **k))
+    copies = []
+    for i in range(5):
+        copies.append(tmp_path / f"r{i}.json")
+        shutil.copy(RESULTS[2], copies[-1])
+    code, out, _ = run(capsys, "ingest", str(LOG), *map(str, copies))
+    assert code == 0 and "Benchmark results: 5, 5 attached" in out
+    assert len(calls) == 1

@@ -161,3 +161,22 @@ def test_any_bytes_give_rows_or_not_a_result(data):
         assert exc.cause and exc.fix
     else:
         assert res.bench.height >= 1
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(FORMATS), st.dictionaries(st.text(max_size=30), JSON, max_size=6), JSON)
+def test_any_values_under_a_formats_keys_give_a_row(fmt, extra, value):
+    """Whatever a tool (or a hand edit) put under its keys, the row comes out, typed."""
+    keys = [k for _, k, _ in fmt.fields] + list(fmt.details.values()) + list(fmt.keys)
+    rec = {**extra, **{k.split(".")[0]: value for k in keys}}
+    res = parse(json.dumps(rec).encode())
+    assert res.bench.height == 1 and res.bench["tool"][0] == fmt.name
