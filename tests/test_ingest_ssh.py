@@ -69,3 +69,18 @@ def test_remote_missing_file_is_one_line_exit_3(ssh_config, tmp_path):
     assert r.exit_code == 3
     assert "no files matched" in r.output
     assert "Traceback" not in r.output
+
+
+def test_remote_results_files_attach_like_local_ones(ssh_config, tmp_path):
+    """bench_serving's JSONL and AIPerf's JSON read over SSH, attached to the remote run."""
+    remote = tmp_path / "remote bench"
+    remote.mkdir()
+    br = FIXTURES / "benchresults"
+    shutil.copy(br / "sglang_eagle3_cg_5dt.log", remote)
+    shutil.copy(br / "sglang_bench_serving.jsonl", remote)
+    shutil.copy(br / "aiperf_c1" / "profile_export_aiperf.json", remote)
+    got = _ingest([f"sshtest:{remote}/*.log", f"sshtest:{remote}/*.json*"])
+    assert (got["files"], got["results"], got["results_attached"]) == (3, 3, 3)
+    (run,) = _runs()
+    assert run["host"] == "sshtest"
+    assert round(run["bench_tok_s"], 2) == 76.43  # AIPerf's, the only result with a time
