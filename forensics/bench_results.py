@@ -36,8 +36,14 @@ WINDOW_SLACK_S = 60.0  # a run's log may end a little before the last request it
 HEAD_BYTES = 4096
 
 
+# forensics launch's own journal beside a log (<log>.journal.jsonl, forensics/launcher.py) is
+# not a benchmark result: it stays with the logs, as before results were read
+NOT_RESULTS = (".journal.jsonl",)
+
+
 def is_results_file(path: str) -> bool:
-    return path.lower().endswith(RESULT_SUFFIXES)
+    p = path.lower()
+    return p.endswith(RESULT_SUFFIXES) and not p.endswith(NOT_RESULTS)
 
 
 # --------------------------------------------------------------------------------------

@@ -270,3 +270,11 @@ def test_many_results_files_read_the_runs_once(capsys, tmp_path, monkeypatch):
     code, out, _ = run(capsys, "ingest", str(LOG), *map(str, copies))
     assert code == 0 and "Benchmark results: 5, 5 attached" in out
     assert len(calls) == 1
+
+
+def test_a_launch_journal_beside_the_logs_is_not_a_results_file():
+    from forensics.bench_results import is_results_file
+
+    assert is_results_file("/data/eagle3/bench.JSONL") and is_results_file("r/x.json")
+    assert not is_results_file("/data/eagle3/sglang_eagle3_cg_2step.log.journal.jsonl")
+    assert not is_results_file("/data/eagle3/sglang_eagle3_cg_2step.log")
