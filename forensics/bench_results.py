@@ -56,7 +56,7 @@ def _last_part(p: Any) -> str:
 def _hints(rec: dict[str, Any]) -> dict[str, Any]:
     """What a result says about the server it measured: port, model, SGLang settings."""
     server = json.loads(rec["server"]) if rec.get("server") else {}
-    port = server.get("port")
+    port = server.get("port") if isinstance(server.get("port"), int) else None
     if port is None and rec.get("url"):
         try:
             port = urlsplit(rec["url"]).port
@@ -79,7 +79,7 @@ def _hints(rec: dict[str, Any]) -> dict[str, Any]:
 def _agrees(run: dict[str, Any], hints: dict[str, Any]) -> bool:
     """Nothing the result says about its server contradicts this run."""
     if hints["port"] is not None and run.get("port") is not None:
-        if int(run["port"]) != int(hints["port"]):
+        if str(run["port"]) != str(hints["port"]):
             return False
     for col, want in hints["settings"].items():
         have = run.get(col)

@@ -177,6 +177,10 @@ def _vllm_date(v: Any) -> dt.datetime | None:
         return None
 
 
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _get(obj: Any, path: str) -> Any:
     for part in path.split("."):
         if not isinstance(obj, dict):
@@ -207,9 +211,9 @@ def _derive_sglang(rec: dict[str, Any], row: dict[str, Any]) -> None:
     row["server"] = json.dumps(server, sort_keys=True) if server else None
     row["server_version"] = _str(info.get("version"))
     row["model"] = _str(info.get("served_model_name") or info.get("model_path"))
-    if server.get("port") is not None:
-        host = server.get("host") or "127.0.0.1"
-        row["url"] = f"http://{host}:{server['port']}"
+    port, host = _int(server.get("port")), _str(server.get("host"))
+    if port is not None:
+        row["url"] = f"http://{host or '127.0.0.1'}:{port}"
     random = str(rec.get("dataset_name") or "").startswith("random")
     ilen = _int(rec.get("random_input_len")) if random else None
     olen = _int(rec.get("random_output_len")) if random else _int(rec.get("sharegpt_output_len"))
@@ -232,18 +236,17 @@ def _derive_vllm(rec: dict[str, Any], row: dict[str, Any]) -> None:
 
 def _derive_aiperf(rec: dict[str, Any], row: dict[str, Any]) -> None:
     cfg = rec.get("input_config") if isinstance(rec.get("input_config"), dict) else {}
-    phases = [p for p in cfg.get("phases") or [] if isinstance(p, dict)]
+    phases = [p for p in _list(cfg.get("phases")) if isinstance(p, dict)]
     prof = next((p for p in phases if p.get("kind") == "profiling"), phases[0] if phases else {})
     row["concurrency"] = _int(prof.get("concurrency"))
     row["rate"] = _rate(prof.get("rate") or prof.get("request_rate"))
-    urls = _get(cfg, "endpoint.urls")
-    row["url"] = _str(urls[0]) if isinstance(urls, list) and urls else None
+    urls = _list(_get(cfg, "endpoint.urls"))
+    row["url"] = _str(urls[0]) if urls else None
     row["api"] = _str(_get(cfg, "endpoint.type"))
-    models = _get(cfg, "models.items")
-    if isinstance(models, list) and models and isinstance(models[0], dict):
-        row["model"] = _str(models[0].get("name"))
-    sets = cfg.get("datasets")
-    prompts = sets[0].get("prompts") if isinstance(sets, list) and sets else None
+    models = _list(_get(cfg, "models.items"))
+    row["model"] = _str(_get(models[0], "name")) if models else None
+    sets = _list(cfg.get("datasets"))
+    prompts = _get(sets[0], "prompts") if sets else None
     ilen = _int(_get(prompts, "isl.mean"))
     olen = _int(_get(prompts, "osl.mean"))
     row["input_len"] = ilen or _int(_get(rec, "input_sequence_length.avg"))
@@ -251,8 +254,8 @@ def _derive_aiperf(rec: dict[str, Any], row: dict[str, Any]) -> None:
     row["max_new_tokens"] = olen
     done = row.get("completed")
     errors = rec.get("error_summary")
-    if isinstance(errors, list):
-        row["failed"] = _int(sum(_int(e.get("count")) or 0 for e in errors if isinstance(e, dict)))
+    if isinstance(errors, list):  # [{error_details, count}]
+        row["failed"] = _int(sum(_int(_get(e, "count")) or 0 for e in errors))
     if done is not None:
         row["num_prompts"] = _int(done + (row.get("failed") or 0))
     row["interrupted"] = bool(rec.get("was_cancelled"))

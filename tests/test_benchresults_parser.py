@@ -163,20 +163,41 @@ def test_any_bytes_give_rows_or_not_a_result(data):
         assert res.bench.height >= 1
 
 
+# nested keys the formats read (server_info, input_config, error_summary), and any others
+NESTED = ("port", "host", "tp_size", "internal_states", "phases", "kind", "concurrency", "rate",
+          "endpoint", "urls", "type", "models", "items", "name", "datasets", "prompts", "isl",
+          "osl", "mean", "count", "avg", "p50")  # fmt: skip
 JSON = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(NESTED) | st.text(max_size=4), inner, max_size=4)
     ),
-    max_leaves=8,
+    max_leaves=12,
 )
+READ_BY_DERIVE = {
+    "sglang.bench_serving": ("server_info", "dataset_name", "random_input_len",
+                             "random_output_len", "sharegpt_output_len", "total_input_tokens",
+                             "total_output_tokens", "completed"),
+    "vllm.bench_serve": ("date", "num_prompts", "total_input_tokens", "total_output_tokens",
+                         "completed"),
+    "aiperf": ("input_config", "error_summary", "was_cancelled"),
+}  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.sampled_from(FORMATS), st.dictionaries(st.text(max_size=30), JSON, max_size=6), JSON)
-def test_any_values_under_a_formats_keys_give_a_row(fmt, extra, value):
-    """Whatever a tool (or a hand edit) put under its keys, the row comes out, typed."""
-    keys = [k for _, k, _ in fmt.fields] + list(fmt.details.values()) + list(fmt.keys)
-    rec = {**extra, **{k.split(".")[0]: value for k in keys}}
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(FORMATS), st.data())
+def test_any_values_under_a_formats_keys_give_a_row(fmt, data):
+    """Whatever a tool (or a hand edit) put under the keys it reads, the row comes out."""
+    keys = {k.split(".")[0] for _, k, _ in fmt.fields}
+    keys |= set(fmt.details.values()) | set(fmt.keys) | set(READ_BY_DERIVE[fmt.name])
+    rec = data.draw(st.fixed_dictionaries({k: JSON for k in sorted(keys)}))
     res = parse(json.dumps(rec).encode())
     assert res.bench.height == 1 and res.bench["tool"][0] == fmt.name
+    # and it attaches (or not) without an error
+    import polars as pl
+
+    from forensics.bench_results import attach
+
+    runs = pl.DataFrame({"run_id": ["a:0"], "name": ["a"], "port": [30000]})
+    attach(runs, res.bench)
