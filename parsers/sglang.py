@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import datetime as dt
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -27,20 +26,22 @@ from typing import Any
 
 import polars as pl
 
+from forensics_parsers import wrappers as W
 from forensics_parsers.names import config_from_name
+from forensics_parsers.prefixes import PrefixFinder
+from forensics_parsers.secrets import SECRET_KEYS, redact_lines, redact_value
 
 MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
 MAX_TEXT = 4000  # text kept per line in the `lines` frame
 MAX_TRACEBACK = 64_000
 
 # --------------------------------------------------------------------------------------
-# Prefixes: SGLang's own, forks' Python-logging styles, container and Ray prefixes.
+# SGLang's own prefixes, at the start of a line once a transport prefix (kubectl, docker
+# compose, Ray, an aggregator, ...) is stripped: see parsers/prefixes.py.
 # --------------------------------------------------------------------------------------
-_CONTAINER = r"(?:(?P<container>[A-Za-z0-9][\w.-]*)\s+\|\s?)?"
-_RAY = r"(?:\((?P<actor>\w+) pid=(?P<pid>\d+)(?:, ip=[\d.]+)?\) )?"
 _TAGS = r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)"
 PREFIX_RX = re.compile(
-    r"^" + _CONTAINER + _RAY + r"(?:"
+    r"^(?:"
     # SGLang: [2025-04-28 10:00:00(.123)( TP0 ...)] msg   (also [04:40:55 TP0] and [04-28 10:00:00])
     r"\[(?P<d1>\d{4}-\d{2}-\d{2} |\d{2}-\d{2} )?(?P<t1>\d{2}:\d{2}:\d{2})(?:[.,](?P<f1>\d+))?"
     + _TAGS
@@ -51,18 +52,6 @@ PREFIX_RX = re.compile(
     r"|(?P<d3>\d{4}-\d{2}-\d{2})[ T](?P<t3>\d{2}:\d{2}:\d{2})(?:[.,](?P<f3>\d+))? (?P<lv3>INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL) (?P<pid3>\d+) \[(?P<src>[\w./\-]+):\d+\] "
     r")"
 )
-CONTAINER_ONLY_RX = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| ?")
-# Transport prefixes put before every line by whatever collected the log (not by SGLang):
-# stripped, so the line reads as SGLang wrote it. (name, pattern); they may stack.
-OUTER_PREFIXES: list[tuple[str, str]] = [
-    # kubectl logs --timestamps: 2026-03-02T09:00:00.123456789Z msg
-    ("kubectl", r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) "),
-    # journalctl: Mar 02 09:00:00 host unit[pid]: msg
-    ("journald", r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} [\w.-]+ [\w.@/-]+(?:\[\d+\])?: "),
-    # torchrun --tee / torch.distributed: [default0]:msg, [rank0]:msg
-    ("torchrun", r"\[(?:default|rank)\d+\]: ?"),
-]
-OUTER_RX = re.compile("^(?:" + "|".join(f"(?:{p})" for _, p in OUTER_PREFIXES) + ")")
 _RANK_TAG_RX = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 ANSI_RX = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
@@ -289,6 +278,7 @@ def _capture_edge(msg: str) -> str:
 def stage_of(line: str) -> str | None:
     """The startup stage a raw log line marks (the ``stage`` names of the events frame), or
     None: the same rules as the parser, for code that follows a log live."""
+    line = PrefixFinder().strip(line, PREFIX_RX)
     m = PREFIX_RX.match(line)
     msg = line[m.end() :] if m is not None and m.end() else line
     rule = match_rule(msg)
@@ -306,7 +296,8 @@ ORPHAN_FRAME_RX = re.compile(r'^\s+File "[^"]+", line \d+, in \S|^\s+File "/')
 WRAP_PIECE_RX = re.compile(r'^[\w<>.,/" -]+$')
 # Traceback continuation lines (unprefixed) and the final exception line.
 TB_CONT_RX = re.compile(
-    r"^(?:\s+\S|\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b)"
+    r'^(?:\s+\S|File "[^"]+", line \d+, in |'
+    r"\s*$|Traceback \(most recent call last\)|During handling of the above|The above exception was|\s*\^+\s*$|Possible solutions:|\d+\. |Open an issue on GitHub|Search for `|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`|Exception raised from|frame #\d+|[\w.]*(?:Error|Exception|Exit|Interrupt|Fault)\b)"
 )
 EXC_LINE_RX = re.compile(
     r"^(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault|Warning)|Exception|KeyboardInterrupt)(?::\s?(?P<msg>.*))?$"
@@ -333,21 +324,7 @@ PREFILL_FIELDS: list[tuple[str, str, type]] = [
 ]
 GRAPH_KEY = r"(?:cuda|cpu|npu|musa|xpu) graph"
 
-# Keys whose values are never stored verbatim (bad-inputs §3.3).
-SECRET_KEYS = re.compile(
-    r"(?i)^(?:api_key|admin_api_key|.*_token|.*password.*|authorization|x-api-key|hf_token|openai_api_key|.*secret.*)$"
-)
-SECRET_VALUES = re.compile(
-    r"hf_[A-Za-z]{34}|api_org_[A-Za-z]{34}|sk-[A-Za-z0-9_\-]{20,}|Bearer\s+[A-Za-z0-9._\-+/=]+|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)|(?<=[?&]token=)[^&\s]+"
-)
-
-
-def _redact_value(v: str) -> str:
-    return "«redacted:" + hashlib.sha256(v.encode()).hexdigest()[:8] + "»"
-
-
-def redact(text: str) -> str:
-    return SECRET_VALUES.sub(lambda m: _redact_value(m.group(0)), text)
+# Secrets: one choke point, ``redact_lines`` in ``LogParser._parse_split`` (parsers/secrets.py).
 
 
 # --------------------------------------------------------------------------------------
@@ -413,7 +390,7 @@ def parse_server_args(text: str) -> dict[str, Any]:
                 out[k.strip()] = _literal(v)
     for k in list(out):
         if SECRET_KEYS.match(k) and out[k] not in (None, "", False):
-            out[k] = _redact_value(str(out[k]))
+            out[k] = redact_value(str(out[k]))  # (idempotent: the text is redacted already)
     return out
 
 
@@ -636,6 +613,10 @@ class LogParser:
         self._pending = b""
         self._skip_to_newline = st.get("skip_to_newline", False)
         self._tb: dict[str, Any] | None = st.get("traceback")  # open traceback
+        # how the file is stored (line endings, wrapper), decided from its first bytes
+        self._sniff: dict[str, Any] | None = st.get("sniff")
+        self._finder = PrefixFinder(st.get("prefixes"))
+        self._json_carry: str = st.get("json_carry", "")
         self._closed_tbs: list[dict[str, Any]] = []
         if not self.runs:
             self.runs[0] = self._new_run(1)
@@ -651,6 +632,9 @@ class LogParser:
             "date_hint": self.date_hint,
             "skip_to_newline": self._skip_to_newline,
             "traceback": self._tb,
+            "sniff": self._sniff,
+            "prefixes": self._finder.state(),
+            "json_carry": self._json_carry,
         }
 
     @property
@@ -691,15 +675,22 @@ class LogParser:
         covers the lines fed.
         """
         buf = self._pending + data
+        if self._sniff is None:
+            head = W.sniff_window(buf, final=False)
+            if head is None:
+                self._pending = buf
+                return Frames(), None
+            self._do_sniff(head, whole=head.endswith((b"\n", b"\r")))
+        cr = self._sniff["cr"]
         if self._skip_to_newline:
-            nl = buf.find(b"\n")
+            nl = _find_eol(buf, cr)
             if nl < 0:
                 self._pending = b""
                 return Frames(), None
             buf = buf[nl + 1 :]
             self._skip_to_newline = False
             self.line_no += 1  # the cut line was already counted when cut
-        cut = buf.rfind(b"\n")
+        cut = _rfind_eol(buf, cr)
         if cut < 0:
             if len(buf) > MAX_LINE:
                 # P11: a huge line without newline yet: keep its head, skip the rest
@@ -714,18 +705,48 @@ class LogParser:
             self._pending = buf
             return Frames(), None
         self._pending = buf[cut + 1 :]
-        return self._parse_split(buf[: cut + 1], partial=False)
+        complete = buf[: cut + 1]
+        return self._parse_split(W.cr_to_lf(complete) if cr else complete, partial=False)
+
+    def _do_sniff(self, head: bytes, *, whole: bool) -> None:
+        """Decide line endings, wrapper and the first transport prefixes from the file's
+        first bytes (the same bytes whatever the chunking: streaming == one pass)."""
+        cr = W.lone_cr(head)
+        if cr:
+            head = W.cr_to_lf(head)
+        sample = W.sniff_lines(head, whole)
+        name, params = W.detect(sample)
+        self._sniff = {"cr": cr, "wrapper": name, "params": params}
+        if sample:
+            lines = pl.Series("text", sample, dtype=pl.String)
+            if name is not None:
+                lines = W.BY_NAME[name].unwrap(lines, params)
+                if not W.BY_NAME[name].keeps_lines:
+                    lines = pl.Series("text", "\n".join(lines.to_list()).split("\n"))
+            lines, _ = redact_lines(lines)
+            for line in lines.to_list()[: W.SNIFF_LINES]:
+                self._finder.strip(ANSI_RX.sub("", line), PREFIX_RX)
 
     def finish(self) -> Frames:
         """Flush a last line that has no newline (P04: kept, counted as partial)."""
+        first = None
+        if self._sniff is None:  # a file shorter than the sniff window
+            self._do_sniff(W.sniff_window(self._pending, final=True) or b"", whole=True)
+            first = self.feed(b"")
+        rest = self._finish()
+        return Frames.concat([first, rest]) if first is not None else rest
+
+    def _finish(self) -> Frames:
         self._close_traceback()
         if self._skip_to_newline:
             self._skip_to_newline = False
             self.line_no += 1
             self._pending = b""
-        if not self._pending:
+        if not self._pending and not self._json_carry:
             return self._flush_tb_only()
         data, self._pending = self._pending, b""
+        if self._sniff["cr"]:
+            data = W.cr_to_lf(data)
         frames = self._parse(data, partial=True)
         self._close_traceback()
         tail = self._flush_tb_only()
@@ -759,12 +780,32 @@ class LogParser:
             stats["decode_errors"] = bad
         if text.endswith("\n"):
             text = text[:-1]
+        sniff = self._sniff or {}
+        wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
+        if wrapper is not None and not wrapper.keeps_lines:
+            # JSON lines: the text of each record; Docker's split records joined again
+            params = sniff["params"]
+            raw = pl.Series("text", text.split("\n") if data else [], dtype=pl.String)
+            text, self._json_carry = W.join_json(
+                wrapper.unwrap(raw, params) if len(raw) else raw,
+                self._json_carry,
+                params["terminated"],
+                final=partial,
+            )
+            if text is None:
+                return Frames(stats=stats), None  # only an unfinished piece so far
         if "\x1b" in text:
             n0 = len(text)
             text = ANSI_RX.sub("", text)
             stats["ansi_stripped"] = n0 - len(text)
         base = self.line_no
         lines_s = pl.Series("text", [text], dtype=pl.String).str.split("\n").explode()
+        if wrapper is not None and wrapper.keeps_lines:
+            lines_s = wrapper.unwrap(lines_s, sniff["params"])
+        # the one place secrets are removed: every table, and the state, reads these lines
+        lines_s, n_secret = redact_lines(lines_s)
+        if n_secret:
+            stats["lines_redacted"] = n_secret
         n = len(lines_s)
         self.line_no += n
         stats["lines_total"] = n
@@ -881,16 +922,9 @@ class LogParser:
             if count:
                 counts[kind] = counts.get(kind, 0) + 1
 
-        # a container prefix (`svc-1  | `) on a line with no log prefix after it: strip it,
-        # so bare stderr lines and traceback continuations read as they do without it
-        for _ in range(3):
-            om = OUTER_RX.match(raw)
-            if om is None or om.end() == 0:
-                break
-            raw = raw[om.end() :]
-        cm = CONTAINER_ONLY_RX.match(raw)
-        if cm and not PREFIX_RX.match(raw[cm.end() :]):
-            raw = raw[cm.end() :]
+        # whatever a collector put before SGLang's line (kubectl, docker compose, an
+        # aggregator, torchrun, ...): found by SGLang's own shapes (parsers/prefixes.py)
+        raw = self._finder.strip(raw, PREFIX_RX)
         m = PREFIX_RX.match(raw)
         if m and m.end() > 0:
             msg = raw[m.end() :]
@@ -904,14 +938,6 @@ class LogParser:
             ts = None
             rank = ""
             prefixed = False
-        if m is not None and m.group("container") and ts is None:
-            # container prefix only: look again for a log prefix after it
-            m2 = PREFIX_RX.match(msg)
-            if m2 and m2.end() > 0 and self._ts(m2):
-                ts = self._ts(m2)
-                rank = (m2.group("tags") or "").strip()
-                msg = msg[m2.end() :]
-                prefixed = True
         if ts is not None:
             if self.last_ts and ts < self.last_ts:
                 stats["ts_out_of_order"] = stats.get("ts_out_of_order", 0) + 1
@@ -923,6 +949,7 @@ class LogParser:
             if not prefixed and (
                 TB_CONT_RX.match(msg)
                 or self._tb["in_message"]
+                or self._tb.get("code_next")
                 or (self._tb.get("wrap", 0) and WRAP_PIECE_RX.match(msg))
             ):
                 if stripped or self._tb["lines"] < 400:
@@ -998,8 +1025,8 @@ class LogParser:
                     "kind": name,
                     "component": "",
                     "exc_type": exc.group("type") if exc else None,
-                    "message": redact(stripped[:2000]),
-                    "text": redact(stripped[:MAX_TEXT]),
+                    "message": stripped[:2000],
+                    "text": stripped[:MAX_TEXT],
                     "ambiguous": False,
                 }
             )
@@ -1016,7 +1043,7 @@ class LogParser:
                 "ts": _to_dt(ts),
                 "rank": rank,
                 "kind": kind,
-                "text": redact(msg[:MAX_TEXT]),
+                "text": msg[:MAX_TEXT],
             }
         )
 
@@ -1148,6 +1175,13 @@ class LogParser:
             tb["text"].append(msg)
             tb["size"] += len(msg) + 1
         s = msg.rstrip()
+        # a frame line that lost its indentation (a paste, some collectors): the next
+        # line is its code line, flush left too
+        code_line = tb.get("code_next", False)
+        tb["code_next"] = s.startswith('File "')
+        if code_line and not tb["code_next"]:
+            tb["wrap"] = 0
+            return
         if s.lstrip().startswith('File "') or (s.startswith((" ", "\t")) and tb.get("wrap")):
             # pieces of a hard-wrapped frame or code line may follow, flush left (frames_of
             # rejoins a frame line's pieces)
@@ -1183,8 +1217,8 @@ class LogParser:
                 "kind": "traceback",
                 "component": tb["component"],
                 "exc_type": tb["exc_type"],
-                "message": redact((tb["message"] or "")[:2000]),
-                "text": redact(text),
+                "message": (tb["message"] or "")[:2000],
+                "text": text,
                 "ambiguous": tb["ambiguous"],
             }
         )
@@ -1257,6 +1291,11 @@ class LogParser:
         if all_std:
             ts = fast_ts
         else:
+            # a transport prefix may come before SGLang's own (kubectl, an aggregator):
+            # SGLang's timestamp is the last one before the head
+            p = p.str.extract_all(
+                r"(?:\d{4}-\d{2}-\d{2}[ T]|\[\d{2}-\d{2} |\[)?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+            ).list.last()
             date = p.str.extract(r"(\d{4}-\d{2}-\d{2})[ T]\d{2}:\d{2}:\d{2}", 1)
             date_md = p.str.extract(r"\[(\d{2}-\d{2}) \d{2}:\d{2}:\d{2}", 1)
             clock = p.str.extract(r"(\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)", 1).str.replace(",", ".")
@@ -1505,6 +1544,26 @@ def _extra_json(s: str | None) -> str | None:
     if unparsed:
         items.append('"_unparsed": ' + json.dumps(unparsed, ensure_ascii=False))
     return "{" + ", ".join(items) + "}"
+
+
+def _find_eol(buf: bytes, cr: bool) -> int:
+    """The first line end (``\\n``; with lone-CR endings ``\\r`` too), or -1."""
+    nl = buf.find(b"\n")
+    if cr:
+        r = buf.find(b"\r")
+        if r >= 0 and (nl < 0 or r < nl):
+            return r + 1 if buf[r + 1 : r + 2] == b"\n" else r
+    return nl
+
+
+def _rfind_eol(buf: bytes, cr: bool) -> int:
+    """The last line end, or -1. With lone-CR endings a ``\\r`` at the very end of the bytes
+    may be the first half of ``\\r\\n``: it waits for the next byte."""
+    nl = buf.rfind(b"\n")
+    if not cr:
+        return nl
+    r = buf.rfind(b"\r", 0, len(buf) - 1)
+    return max(nl, r)
 
 
 def _to_dt(ts: str | None) -> dt.datetime | None:

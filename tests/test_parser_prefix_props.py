@@ -1,0 +1,107 @@
+"""Property tests: whatever a collector puts around SGLang's lines (a prefix on every line:
+random text, timestamps, container names; JSON-lines wrapping) changes no frame, field or
+count of a fixture (parsers/prefixes.py, parsers/wrappers.py)."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forensics_parsers.prefixes import ANCHOR_RX
+from forensics_parsers.sglang import Frames, parse_bytes
+from forensics_parsers.wrappers import JSON_KEYS
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+NAMES = sorted(p.name for p in FIX.glob("*.log") if p.name not in ("binary.log", "empty.log"))
+FIXTURES = {n: (FIX / n).read_bytes().decode() for n in NAMES}
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def canon(f: Frames) -> dict:
+    out = {}
+    for name, df in f.tables().items():
+        if name != "runs" and not df.is_empty():
+            df = df.sort(["line", *[c for c in df.columns if c != "line"]], nulls_last=True)
+        out[name] = df.to_dicts()
+    out["counts"] = dict(f.counts)
+    return out
+
+
+_PRINTABLE = string.ascii_letters + string.digits + "!#$%&'()*+,-./:;<=@[]^_`~|?"
+
+
+def _plain_text(s: str) -> bool:
+    """Random prefix text that is not itself SGLang text or another wrapper's marker."""
+    return (
+        not ANCHOR_RX.search(s + "x")
+        and not s.startswith((">", "{", "```", "~~~"))
+        and "batch" not in s
+        and "File" not in s
+    )
+
+
+# a prefix is a function of the line number: constant text, or a timestamp that moves
+random_text = (
+    st.tuples(st.text(_PRINTABLE, min_size=1, max_size=24), st.sampled_from([" ", " | ", ": "]))
+    .map("".join)
+    .filter(_plain_text)
+    .map(lambda t: lambda i: t)
+)
+container = st.tuples(
+    st.from_regex(r"[a-z][a-z0-9-]{0,15}", fullmatch=True), st.integers(1, 12)
+).map(lambda nw: lambda i: nw[0] + " " * nw[1] + "| ")
+kubectl = st.integers(0, 10**6).map(
+    lambda b: (
+        lambda i: f"2026-04-12T21:{(b + i) // 60 % 60:02d}:{(b + i) % 60:02d}.{b * 7 + i:09d}Z "
+    )
+)
+aggregator = st.integers(0, 10**6).map(
+    lambda b: lambda i: f"May 16, 2026 @ 20:44:{(b + i) % 60:02d}.{(b + i) % 1000:03d}    "
+)
+journald = st.sampled_from(["gpu8", "node-1"]).map(
+    lambda h: lambda i: f"Mar 02 09:00:{i % 60:02d} {h} sglang[4242]: "
+)
+torchrun = st.integers(0, 63).map(lambda r: lambda i: f"[rank{r}]: ")
+prefixes = st.one_of(random_text, container, kubectl, aggregator, journald, torchrun)
+
+
+def lines_of(text: str) -> tuple[list[str], bool]:
+    ends = text.endswith("\n")
+    lines = text.split("\n")
+    return (lines[:-1] if ends else lines), ends
+
+
+@SETTINGS
+@given(st.sampled_from(NAMES), prefixes)
+def test_a_prefix_on_every_line_changes_no_frame(name, prefix):
+    text = FIXTURES[name]
+    lines, ends = lines_of(text)
+    wrapped = "\n".join(prefix(i) + s for i, s in enumerate(lines)) + ("\n" if ends else "")
+    assert canon(parse_bytes(wrapped.encode(), "x.log")) == canon(
+        parse_bytes(text.encode(), "x.log")
+    )
+
+
+@SETTINGS
+@given(
+    st.sampled_from([n for n in NAMES if FIXTURES[n].endswith("\n")]),
+    st.sampled_from(JSON_KEYS),
+    st.booleans(),
+    st.dictionaries(st.sampled_from(["stream", "time", "host", "pod"]), st.text(max_size=8)),
+    st.one_of(st.none(), prefixes),
+)
+def test_json_lines_wrapping_changes_no_frame(name, key, newline, extra, prefix):
+    text = FIXTURES[name]
+    lines, _ = lines_of(text)
+    recs = []
+    for i, s in enumerate(lines):
+        s = (prefix(i) if prefix else "") + s
+        recs.append(json.dumps({**extra, key: s + ("\n" if newline else "")}))
+    wrapped = "\n".join(recs) + "\n"
+    assert canon(parse_bytes(wrapped.encode(), "x.log")) == canon(
+        parse_bytes(text.encode(), "x.log")
+    )
