@@ -35,6 +35,8 @@ def log_text(
     bs: int = 1,
     drafter: str = DRAFTER,
     jitter: float = 0.5,
+    model: str = "/models/Kimi-K2.5",
+    tp: int = 8,
 ) -> str:
     def ts(sec: float) -> str:
         return (start + dt.timedelta(seconds=sec)).strftime("%Y-%m-%d %H:%M:%S")
@@ -43,10 +45,10 @@ def log_text(
     draft = f"'{drafter}'" if spec else "None"
     sp = (steps, topk, dt_tokens) if spec else (None, None, None)
     lines = [
-        f"[{ts(0)}] server_args=ServerArgs(model_path='/models/Kimi-K2.5', "
+        f"[{ts(0)}] server_args=ServerArgs(model_path='{model}', "
         f"speculative_algorithm={algo}, speculative_draft_model_path={draft}, "
         f"speculative_num_steps={sp[0]}, speculative_eagle_topk={sp[1]}, "
-        f"speculative_num_draft_tokens={sp[2]}, disable_cuda_graph={not cg}, tp_size=8, "
+        f"speculative_num_draft_tokens={sp[2]}, disable_cuda_graph={not cg}, tp_size={tp}, "
         "port=30000)",
         f"[{ts(2)} TP0] Init torch distributed begin.",
         f"[{ts(5)} TP0] Init torch distributed ends. mem usage=0.50 GB",
