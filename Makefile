@@ -32,6 +32,7 @@ fmt: venv
 bench: venv
 	$(BIN)/python scripts/bench_ingest.py
 	$(BIN)/python scripts/bench_client.py
+	$(BIN)/python scripts/bench_store_scale.py
 
 docs: venv
 	$(BIN)/python scripts/gen_cli_docs.py

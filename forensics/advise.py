@@ -214,6 +214,8 @@ def _logless_launches(store: Store, rows: list[dict], match: str | None) -> list
     import json
     from pathlib import PurePosixPath
 
+    if store.table("launches").is_empty():
+        return []  # (the launcher, a heavy import, only when there are launches)
     try:
         from forensics.launcher import launches_frame
 
@@ -469,17 +471,22 @@ def advise(
     baseline: str | float | None = None,
     *,
     group_by: str | list[str] | None = None,
+    points: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> dict:
     """The advisor's data, per experiment: baseline, family estimates, verdict, what next.
 
     Every experiment (:mod:`forensics.experiment`) is judged on its own runs against its own
     baseline; ``experiments`` lists them, biggest first. With one experiment its fields are
     also the top-level ones; with several the top level says so and lists every family.
+    ``points``: (the runs MATCH names, every run) when the caller has them (the report).
     """
     from forensics.experiment import order
 
-    all_points = run_points(store, group_by=group_by)
-    points = run_points(store, match, group_by=group_by) if match else all_points
+    if points is not None:
+        points, all_points = points
+    else:
+        all_points = run_points(store, group_by=group_by)
+        points = run_points(store, match, group_by=group_by) if match else all_points
     if points.is_empty():
         raise RunNotFound(
             f"{match}: no run matches" if match else f"no runs in the store {store.root}",

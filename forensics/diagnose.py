@@ -185,7 +185,9 @@ def _timeline_text(tl: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]
 
 
 def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
-    v = classifier.classify_stored(store, run["source_id"], int(run["run_index"]))
+    from forensics.verdicts import explained
+
+    v = explained(store, run)  # the verdict stored at ingest (forensics.verdicts)
     path = run.get("path") or ""
     first = int(run.get("first_line") or 1)
     evidence = [

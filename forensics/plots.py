@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 KINDS = ("trend", "accept", "startup", "decode")
 FORMATS = {".png": "png", ".svg": "svg"}
 LABEL_MAX = 40  # characters of a log-derived label shown on a plot
+# Readable at any number of runs: past these, plots summarise rather than list.
+TREND_LABELLED_RUNS = 40  # per-run tick labels and "died: ..." notes up to this many runs
+TREND_MAX_WIDTH = 18.0  # inches; the x axis compresses beyond ~35 runs
+ACCEPT_POINT_LABELS = 30  # "#n" next to each point up to this many points
+ACCEPT_FAMILIES = 10  # families drawn in colour (most runs first); the rest in grey
+ACCEPT_AGGREGATE = 5  # a family with more runs is drawn as its median and p10-p90 spread
+STARTUP_RUNS = 40  # the latest runs drawn by the startup timeline
 
 COLORS = {
     "server": "#1f77b4",
@@ -147,16 +154,22 @@ def scope(
     baseline: str | float | None = None,
     experiment: str | None = None,
     group_by: str | list[str] | None = None,
+    points: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> Scope:
-    """One experiment of the runs MATCH names and its baseline (forensics.baseline)."""
+    """One experiment of the runs MATCH names and its baseline (forensics.baseline).
+
+    ``points``: (the runs MATCH names, every run) when the caller has them (the report)."""
     import polars as pl
 
     from forensics.advise import run_points
     from forensics.baseline import missing_note, resolve
     from forensics.experiment import order
 
-    pts = _points(store, match, group_by=group_by)
-    all_pts = run_points(store, group_by=group_by) if match else pts
+    if points is not None:
+        pts, all_pts = points
+    else:
+        pts = _points(store, match, group_by=group_by)
+        all_pts = run_points(store, group_by=group_by) if match else pts
     exps = order(pts)
     exp = pick_experiment(exps, experiment)
     n_all = len(order(all_pts))
@@ -199,21 +212,25 @@ def plot_trend(
     out: str | Path | None = None,
     experiment: str | None = None,
     group_by: str | list[str] | None = None,
+    points: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> Figure:
     """tok/s of every run of one experiment in launch order, against its baseline; failed
     runs at the bottom."""
-    sc = scope(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
+    sc = scope(
+        store, match, baseline=baseline, experiment=experiment, group_by=group_by, points=points
+    )
     pts, base = sc.points, sc.baseline
     rows = pts.to_dicts()
     n = len(rows)
-    fig = new_figure(max(9.0, 0.42 * n + 3.5), 6.2)
+    fig = new_figure(min(TREND_MAX_WIDTH, max(9.0, 0.42 * n + 3.5)), 6.2)
     ax = fig.add_subplot()
     xs = [r["order"] for r in rows]
     values = [v for r in rows for v in (r["tok_s_server"], r["tok_s_bench"]) if v is not None]
     # room for the legend (and for the note on why there is no baseline)
     top = max([*values, base.tok_s if base else 0.0, 1.0]) * (1.32 if base else 1.6)
     ax.set_ylim(0, top)
-    ax.set_xlim(0.4, n + 0.6)
+    # run numbers are the launch order of every run: an experiment's need not start at 1
+    ax.set_xlim(min(xs, default=1) - 0.6, max(xs, default=1) + 0.6)
 
     srv = [(r["order"], r["tok_s_server"]) for r in rows if r["tok_s_server"] is not None]
     if srv:
@@ -289,7 +306,7 @@ def plot_trend(
             label="failed launch (phase it died in)",
             gid="failed",
         )
-        for r in failed:
+        for r in failed if n <= TREND_LABELLED_RUNS else []:
             ax.annotate(
                 f"died: {safe_text(r['died_in'], 18)}",
                 (r["order"], y),
@@ -305,9 +322,13 @@ def plot_trend(
     labels = [f"#{r['order']} {safe_text(r['label'], 30)}" for r in rows]
     if n <= 12:
         ax.set_xticks(xs, labels, rotation=35, ha="right", rotation_mode="anchor", fontsize=8)
-    else:
+        ax.set_xlabel("run, in launch order (short config: cg = CUDA graphs, dt = draft tokens)")
+    elif n <= TREND_LABELLED_RUNS:
         ax.set_xticks(xs, labels, rotation=90, ha="center", fontsize=8)
-    ax.set_xlabel("run, in launch order (short config: cg = CUDA graphs, dt = draft tokens)")
+        ax.set_xlabel("run, in launch order (short config: cg = CUDA graphs, dt = draft tokens)")
+    else:
+        # too many runs to name each: the run number (the # of `forensics runs` order) only
+        ax.set_xlabel(f"run number, in launch order ({n} runs; names: forensics runs)")
     ax.set_ylabel("decode throughput (tok/s, single stream)")
     ax.set_title(_trend_title(rows, base), fontsize=11)
     ax.grid(axis="y", alpha=0.3)
@@ -360,6 +381,7 @@ def plot_accept(
     out: str | Path | None = None,
     experiment: str | None = None,
     group_by: str | list[str] | None = None,
+    points: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> Figure:
     """Accept length vs tok/s per run of one experiment; its baseline is the break-even (below
     it, speculation loses); each family's round cost drawn as a line
@@ -368,7 +390,9 @@ def plot_accept(
 
     from forensics.advise import estimate_families
 
-    sc = scope(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
+    sc = scope(
+        store, match, baseline=baseline, experiment=experiment, group_by=group_by, points=points
+    )
     pts, base = sc.points, sc.baseline
     spec = pts.filter(pl.col("spec") & pl.col("round_ms").is_not_null())
     fams = estimate_families(pts, base)
@@ -417,22 +441,68 @@ def plot_accept(
     ]
     import numpy as np
 
-    for i, f in enumerate(fams):
-        color = palette[i % len(palette)]
-        sub = spec.filter(pl.col("family") == f.family)
+    ranked = sorted(fams, key=lambda f: -f.n_runs)
+    shown = {f.family for f in ranked[:ACCEPT_FAMILIES]}
+    label_points = spec.height <= ACCEPT_POINT_LABELS
+    rest = [f for f in fams if f.family not in shown]
+    if rest:
+        sub = spec.filter(pl.col("family").is_in([f.family for f in rest]))
         ax.scatter(
             sub["accept_len"].to_list(),
             sub["tok_s"].to_list(),
-            color=color,
-            marker="o" if f.cuda_graph else "s",
-            s=55,
-            edgecolor="black",
-            linewidth=0.5,
-            zorder=3,
-            label=f"{safe_text(f.family)}: {f.round_ms:.1f} ms/round ({f.n_runs} run"
-            f"{'s' if f.n_runs != 1 else ''})",
-            gid=f"family:{f.family}",
+            color="#bbbbbb",
+            s=18,
+            zorder=2,
+            label=f"{len(rest)} other configurations ({sub.height} runs)",
+            gid="family:other",
         )
+    for i, f in enumerate(f for f in fams if f.family in shown):
+        color = palette[i % len(palette)]
+        sub = spec.filter(pl.col("family") == f.family)
+        agg = sub.height > ACCEPT_AGGREGATE
+        label = (
+            f"{safe_text(f.family)}: {f.round_ms:.1f} ms/round ({f.n_runs} run"
+            f"{'s' if f.n_runs != 1 else ''}{'; median and p10–p90' if agg else ''})"
+        )
+        if agg:
+            # many repeats: the median run and its spread, the runs themselves faint
+            ax.scatter(
+                sub["accept_len"].to_list(),
+                sub["tok_s"].to_list(),
+                color=color,
+                s=10,
+                alpha=0.25,
+                zorder=2,
+            )
+            xa, yt = sub["accept_len"], sub["tok_s"]
+            mx, my = float(xa.median()), float(yt.median())
+            ax.errorbar(
+                [mx],
+                [my],
+                xerr=[[mx - float(xa.quantile(0.1))], [float(xa.quantile(0.9)) - mx]],
+                yerr=[[my - float(yt.quantile(0.1))], [float(yt.quantile(0.9)) - my]],
+                fmt="o" if f.cuda_graph else "s",
+                color=color,
+                markersize=8,
+                markeredgecolor="black",
+                capsize=3,
+                zorder=3,
+                label=label,
+                gid=f"family:{f.family}",
+            )
+        else:
+            ax.scatter(
+                sub["accept_len"].to_list(),
+                sub["tok_s"].to_list(),
+                color=color,
+                marker="o" if f.cuda_graph else "s",
+                s=55,
+                edgecolor="black",
+                linewidth=0.5,
+                zorder=3,
+                label=label,
+                gid=f"family:{f.family}",
+            )
         a = np.linspace(1.0, x_hi, 50)
         ax.plot(a, 1000.0 * a / f.round_ms, color=color, linestyle=":", linewidth=1, zorder=2)
         if f.accept_needed is not None and f.accept_needed < x_hi and base is not None:
@@ -447,7 +517,7 @@ def plot_accept(
                 zorder=4,
                 gid=f"needed:{f.family}",
             )
-        for r in sub.iter_rows(named=True):
+        for r in sub.iter_rows(named=True) if label_points else []:
             ax.annotate(
                 f"#{r['order']}",
                 (r["accept_len"], r["tok_s"]),
@@ -489,12 +559,15 @@ def plot_startup(
     *,
     out: str | Path | None = None,
     group_by: str | list[str] | None = None,
+    points: pl.DataFrame | None = None,
 ) -> Figure:
     """Per-run startup timeline as horizontal bars; failed runs end where they died."""
     from forensics.runs import stage_timeline
 
-    pts = _points(store, match, group_by=group_by)
+    pts = _points(store, match, group_by=group_by) if points is None else points
     rows = pts.to_dicts()
+    total = len(rows)
+    rows = rows[-STARTUP_RUNS:]  # the latest ones: a timeline per run stays readable
     n = len(rows)
     fig = new_figure(12.0, max(3.6, 0.42 * n + 2.6))
     ax = fig.add_subplot()
@@ -575,7 +648,9 @@ def plot_startup(
     ax.set_xlim(0, x_max * 1.25)
     ax.set_xlabel("seconds since the run's first startup line")
     ax.set_title(
-        "Startup timeline per run (load, KV pool, CUDA-graph capture, warmup)", fontsize=11
+        "Startup timeline per run (load, KV pool, CUDA-graph capture, warmup)"
+        + (f"\nthe latest {n} of {total} runs" if total > n else ""),
+        fontsize=11,
     )
     ax.grid(axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", fontsize=8, ncols=6, frameon=False)

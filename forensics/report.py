@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ h1 { font-size: 1.6em; margin-bottom: 0.2em; }
 h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 1.6em; }
 h3 { font-size: 1.08em; margin-top: 1.2em; }
 nav.toc { background: #f7f7f7; border: 1px solid #e3e3e3; padding: 6px 14px; }
-nav.toc ol { margin: 4px 0; padding-left: 1.4em; max-height: 24em; overflow-y: auto; }
+nav.toc ol { margin: 4px 0; padding-left: 3em; max-height: 24em; overflow-y: auto; }
 section.experiment { border-top: 3px solid #e3e3e3; margin-top: 1.4em; }
 .scroll { max-width: 100%; overflow-x: auto; max-height: 40em; overflow-y: auto; }
 .sub { color: #666; margin-top: 0; }
@@ -88,27 +87,10 @@ def _cell(value: Any, fmt: str | None) -> tuple[str, bool]:
 # --------------------------------------------------------------------------------------
 # Diagnoses (forensics.diagnose when present; else what the runs table knows)
 # --------------------------------------------------------------------------------------
-def _as_dict(obj: Any) -> dict[str, Any] | None:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj
-    for meth in ("as_dict", "to_dict"):
-        fn = getattr(obj, meth, None)
-        if callable(fn):
-            out = fn()
-            if isinstance(out, dict):
-                return out
-    if hasattr(obj, "__dataclass_fields__"):
-        from dataclasses import asdict
+def diagnose_row(store: Store, row: dict[str, Any], table=None) -> dict[str, Any]:
+    """A failed run's diagnosis: phase, signature, explanation, next_steps, evidence, source.
 
-        return asdict(obj)
-    return None
-
-
-def diagnose_row(store: Store, row: dict[str, Any]) -> dict[str, Any]:
-    """A failed run's diagnosis: phase, signature, explanation, next_steps, evidence, source."""
-    err = None
+    ``table``: the runs the closest-run comparison looks among (built when not given)."""
     if row.get("launch_diagnosis"):
         import json
 
@@ -123,29 +105,16 @@ def diagnose_row(store: Store, row: dict[str, Any]) -> dict[str, Any]:
             "evidence": [],
             "source": "launches",
         }
+    from forensics.diagnose import run_report
+
+    if table is None:
+        from forensics.runs import runs_table
+
+        table = runs_table(store)
     try:
-        import forensics.diagnose as dmod  # noqa: PLC0415 - optional, built by another module
-    except ImportError:
-        dmod = None
-    if dmod is not None:
-        for fname, arg in (("diagnose_run", row), ("diagnose", row["run_id"])):
-            fn = getattr(dmod, fname, None)
-            if not callable(fn):
-                continue
-            try:
-                nparams = len(inspect.signature(fn).parameters)
-                res = fn(store, arg) if nparams >= 2 else fn(arg)
-            except Exception as exc:  # noqa: BLE001 - a report never dies on one diagnosis
-                err = f"{type(exc).__name__}: {exc}"
-                continue
-            if isinstance(res, list) and res:
-                res = res[0]
-            d = _as_dict(res)
-            if d:
-                d = dict(d)
-                d["source"] = "diagnose"
-                return d
-    return _fallback_diagnosis(store, row, err)
+        return {**run_report(store, row, table), "source": "diagnose"}
+    except Exception as exc:  # noqa: BLE001 - a report never dies on one diagnosis
+        return _fallback_diagnosis(store, row, f"{type(exc).__name__}: {exc}")
 
 
 def _fallback_diagnosis(store: Store, row: dict[str, Any], err: str | None) -> dict[str, Any]:
@@ -219,7 +188,7 @@ def _img(fig_fn, caption: str, alt: str) -> str:
 # Past these, a section summarises instead of listing (readable at 5,000 runs).
 MAX_TABLE_ROWS = 200  # runs listed per experiment (the configurations table covers all)
 MAX_DIAGNOSES = 8  # failed runs diagnosed in full per experiment (the rest: a count table)
-MAX_PLOTTED_EXPERIMENTS = 8  # experiments drawn with plots (biggest first)
+MAX_PLOTTED_EXPERIMENTS = 6  # experiments drawn with plots (biggest first)
 
 
 def counts(points) -> dict[str, int]:
@@ -271,7 +240,8 @@ def build_report(
             f"{match}: no run matches" if match else f"no runs in the store {store.root}",
             hint="forensics runs" if match else "forensics ingest /path/to/*.log",
         )
-    advice = advise(store, match, baseline, group_by=group_by)
+    both = (pts, run_points(store, group_by=group_by) if match else pts)
+    advice = advise(store, match, baseline, group_by=group_by, points=both)
     sections = advice["experiments"]
     single = len(sections) == 1
     parts: list[str] = []
@@ -311,12 +281,13 @@ def build_report(
                 baseline=baseline,
                 group_by=group_by,
                 single=single,
+                points=both,
             )
         )
     parts.append('<h2 id="startup">Startup</h2>')
     parts.append(
         _img(
-            lambda: plots.plot_startup(store, match, group_by=group_by),
+            lambda: plots.plot_startup(store, match, group_by=group_by, points=pts),
             "startup stages per run; hatched bars never finished",
             "startup timeline",
         )
@@ -353,6 +324,7 @@ def _experiment_section(
     baseline: str | float | None,
     group_by: str | list[str] | None,
     single: bool,
+    points,
 ) -> str:
     from forensics import plots
 
@@ -385,7 +357,7 @@ def _experiment_section(
         parts.extend(f"<li>{esc(s)}</li>" for s in sec["next_steps"])
         parts.append("</ul>")
     parts.append("</div>")
-    opts = {"baseline": baseline, "experiment": exp, "group_by": group_by}
+    opts = {"baseline": baseline, "experiment": exp, "group_by": group_by, "points": points}
     if draw:
         parts.append(f'<h3 id="{prefix}trend">Throughput trend</h3>')
         parts.append(
@@ -412,7 +384,7 @@ def _experiment_section(
         )
     parts.append(_configs_table(rows, prefix))
     parts.append(_runs_table(rows, prefix))
-    parts.append(_failed_section(store, rows, prefix))
+    parts.append(_failed_section(store, rows, prefix, points[1]))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -472,7 +444,7 @@ def _runs_table(rows: list[dict[str, Any]], prefix: str) -> str:
     return "".join(out)
 
 
-def _failed_section(store: Store, rows: list[dict[str, Any]], prefix: str) -> str:
+def _failed_section(store: Store, rows: list[dict[str, Any]], prefix: str, table) -> str:
     failed = [r for r in rows if r["failed"]]
     out = [f'<h3 id="{prefix}failed">Failed runs</h3>']
     if not failed:
@@ -494,7 +466,7 @@ def _failed_section(store: Store, rows: list[dict[str, Any]], prefix: str) -> st
             out.append(f'<tr><td>{esc(key)}</td><td class="num">{n}</td></tr>')
         out.append("</tbody></table></div>")
     for r in full:
-        d = diagnose_row(store, r)
+        d = diagnose_row(store, r, table)
         out.append('<div class="diag">')
         out.append(
             f"<h4>#{r['order']} {esc(r['name'])}: died in {esc(d.get('phase') or r['died_in'])}"

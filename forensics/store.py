@@ -139,6 +139,9 @@ class Store:
         self._cache: dict[str, pl.DataFrame] = {}
         self._cache_gen = -1
         self._lock_depth = 0  # > 0 while this process holds the store lock
+        # the last manifest read, and the (inode, mtime, size) of the file it was read from
+        self._man: Manifest | None = None
+        self._man_key: tuple[int, int, int] | None = None
         # What a read had to set aside (C03); the CLI prints these as warnings.
         self.warnings: list[str] = []
 
@@ -166,7 +169,22 @@ class Store:
         return self.root / MANIFEST
 
     def manifest(self) -> Manifest:
-        return Manifest.load(self.manifest_path)
+        """The committed manifest. Readers ask for it once per table read; it is parsed again
+        only when the file changed (a commit replaces it: a new inode). Inside a transaction
+        (lock held) it is always read afresh and never cached: the transaction edits it."""
+        path = self.manifest_path
+        try:
+            st = os.stat(path)
+            key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        if self._lock_depth == 0 and key is not None and key == self._man_key:
+            assert self._man is not None
+            return self._man
+        man = Manifest.load(path)
+        if self._lock_depth == 0 and key is not None:
+            self._man, self._man_key = man, key
+        return man
 
     # -- reading -----------------------------------------------------------------------
     def table(self, name: str) -> pl.DataFrame:

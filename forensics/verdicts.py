@@ -8,12 +8,14 @@ through :func:`stored_verdicts` and never writes to the store. A run with no sto
 (a store written before verdicts were stored at ingest) is classified in memory for that read
 only; ``forensics classify train`` stores them.
 
-The table and its cache key are the classifier's (:data:`forensics.classifier.VERDICT_SCHEMA`,
-``classify_runs``): one implementation of "classify these runs and keep the answer".
+The table's schema is the classifier's (:data:`forensics.classifier.VERDICT_SCHEMA`); the
+``verdict`` column holds the whole verdict (:meth:`Verdict.as_dict`), so diagnose and the report
+show a run's explanation and evidence without loading the model.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from forensics.store import Store
 
 TABLE = "verdicts"
+STORED_KEY = "stored"  # rows written here (classify_runs' own cache rows carry its key)
 COLUMNS = {
     "run_id": pl.String,
     "phase": pl.String,
@@ -33,10 +36,10 @@ COLUMNS = {
 
 
 def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
-    """Classify the runs of ``source_ids`` (None: every run) and store the verdicts.
-
-    Returns how many runs were looked at (those whose stored verdict is current are kept)."""
-    from forensics.classifier import classify_runs
+    """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
+    (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
+    runs were classified."""
+    from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
     from forensics.runs import base_runs
 
     runs = base_runs(store)
@@ -46,8 +49,51 @@ def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
         runs = runs.filter(pl.col("source_id").is_in(list(source_ids)))
     if runs.is_empty():
         return 0
-    classify_runs(store, runs.select("run_id", "source_id", "run_index"))
-    return len(runs)
+    model = load_model(store)
+    rows = []
+    for rid, sid, ri in runs.select("run_id", "source_id", "run_index").iter_rows():
+        v = classify_stored(store, sid, int(ri), model)
+        rows.append(
+            {
+                "run_id": rid,
+                "key": STORED_KEY,
+                "phase": v.phase,
+                "hung": v.hung,
+                "signature": v.signature,
+                "confidence": round(v.confidence, 3),
+                "verdict": json.dumps(v.as_dict(), default=str, ensure_ascii=False),
+            }
+        )
+    ids = [r["run_id"] for r in rows]
+    with store.transaction() as tx:
+        tx.drop_rows(TABLE, ~pl.col("run_id").is_in(ids))
+        tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
+    return len(rows)
+
+
+def explained(store: Store, run: dict[str, Any]):
+    """The whole stored verdict of a runs-table row (a classifier ``Verdict``): what diagnose
+    and the report show. Classified now (not stored) when the store has none for it."""
+    from forensics.classifier import Verdict, classify_stored
+
+    df = store.table(TABLE)
+    if not df.is_empty() and "verdict" in df.columns:
+        hit = df.filter(pl.col("run_id") == run["run_id"]).tail(1)
+        if not hit.is_empty():
+            d = json.loads(hit["verdict"][0] or "{}")
+            if "explanation" in d:
+                return Verdict(
+                    path=d.get("path") or run.get("path") or "",
+                    run_index=int(d.get("run_index", run["run_index"])),
+                    phase=d["phase"],
+                    hung=bool(d["hung"]),
+                    signature=d.get("signature"),
+                    confidence=float(d.get("confidence") or 0.0),
+                    evidence=list(d.get("evidence") or []),
+                    explanation=d["explanation"],
+                    next_steps=list(d.get("next_steps") or []),
+                )
+    return classify_stored(store, run["source_id"], int(run["run_index"]))
 
 
 def stored_verdicts(store: Store, runs: pl.DataFrame) -> pl.DataFrame:

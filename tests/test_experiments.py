@@ -196,9 +196,7 @@ def test_report_figures_are_those_of_runs_json(mixed, tmp_path):
     assert {e: (int(n), int(f)) for e, n, f in sections} == want
     # the contents list says the same, in the same order as the sections
     toc = re.findall(r'<li><a href="#e\d+-experiment">([^<]+)</a>: (\d+) runs, (\d+) failed', html)
-    assert [(e, int(n), int(f)) for e, n, f in toc] == [
-        (e, int(n), int(f)) for e, n, f in sections
-    ]
+    assert [(e, int(n), int(f)) for e, n, f in toc] == [(e, int(n), int(f)) for e, n, f in sections]
     # failed rows of the tables and diagnoses are those runs
     assert html.count('<tr class="failed">') == len(failed)
     for r in failed:

@@ -64,12 +64,29 @@ def test_report_in_chromium(story_with_hostile_run, tmp_path):
             "</body>",
             "<script>window.addEventListener('load', () => {"
             "const w = [...document.images].map(i => i.naturalWidth);"
-            "document.body.setAttribute('data-img-widths', w.join(','));});</script></body>",
+            "document.body.setAttribute('data-img-widths', w.join(','));"
+            # issue 13: the page never scrolls sideways; wide tables scroll inside their box
+            "const over = document.documentElement.scrollWidth - window.innerWidth;"
+            "const boxes = [...document.querySelectorAll('table.runs')].map("
+            "t => t.parentElement.getBoundingClientRect().right <= window.innerWidth);"
+            "document.body.setAttribute('data-overflow', String(over));"
+            "document.body.setAttribute('data-boxes-fit', boxes.join(','));"
+            "});</script></body>",
         )
     )
-    res = _browser(tmp_path, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    res = _browser(
+        tmp_path,
+        "--virtual-time-budget=5000",
+        "--window-size=900,1200",  # narrower than the runs table's natural width
+        "--dump-dom",
+        probe.as_uri(),
+    )
     dom = res.stdout
     assert res.returncode == 0 and "<body" in dom, res.stderr[-2000:]
+    overflow = re.search(r'data-overflow="(-?\d+)"', dom)
+    assert overflow and int(overflow.group(1)) <= 0, "the page scrolls sideways"
+    fits = re.search(r'data-boxes-fit="([a-z,]*)"', dom).group(1).split(",")
+    assert len(fits) >= 2 and set(fits) == {"true"}, fits  # configurations + runs tables
     widths = re.search(r'data-img-widths="([\d,]*)"', dom)
     assert widths, "the load probe never ran"
     assert [int(w) > 300 for w in widths.group(1).split(",")] == [True] * 4
