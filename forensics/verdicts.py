@@ -9,7 +9,7 @@ through :func:`stored_verdicts` and never writes to the store. A run with no sto
 only; ``forensics classify train`` stores them.
 
 The table's schema is the classifier's (:data:`forensics.classifier.VERDICT_SCHEMA`); the
-``verdict`` column holds the whole verdict (:meth:`Verdict.as_dict`), so diagnose and the report
+``verdict`` column holds the whole verdict (every field of ``Verdict``), so diagnose and the report
 show a run's explanation and evidence without loading the model.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -61,7 +62,7 @@ def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
                 "hung": v.hung,
                 "signature": v.signature,
                 "confidence": round(v.confidence, 3),
-                "verdict": json.dumps(v.as_dict(), default=str, ensure_ascii=False),
+                "verdict": json.dumps(asdict(v), default=str, ensure_ascii=False),
             }
         )
     ids = [r["run_id"] for r in rows]
@@ -81,18 +82,9 @@ def explained(store: Store, run: dict[str, Any]):
         hit = df.filter(pl.col("run_id") == run["run_id"]).tail(1)
         if not hit.is_empty():
             d = json.loads(hit["verdict"][0] or "{}")
-            if "explanation" in d:
-                return Verdict(
-                    path=d.get("path") or run.get("path") or "",
-                    run_index=int(d.get("run_index", run["run_index"])),
-                    phase=d["phase"],
-                    hung=bool(d["hung"]),
-                    signature=d.get("signature"),
-                    confidence=float(d.get("confidence") or 0.0),
-                    evidence=list(d.get("evidence") or []),
-                    explanation=d["explanation"],
-                    next_steps=list(d.get("next_steps") or []),
-                )
+            names = {f.name for f in fields(Verdict)}
+            if "explanation" in d and {"phase", "hung", "confidence"} <= set(d):
+                return Verdict(**{k: v for k, v in d.items() if k in names})
     return classify_stored(store, run["source_id"], int(run["run_index"]))
 
 
