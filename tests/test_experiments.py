@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from forensics.advise import advise, render_advice, run_points
 from forensics.baseline import resolve
 from forensics.cli import cli
-from forensics.experiment import parse_group_by
 from forensics.errors import UsageError
+from forensics.experiment import parse_group_by
 from forensics.report import build_report
 from forensics.store import Store
 from tests.test_plots_story import story_store
