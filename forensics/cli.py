@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "forensics.cli_bench",
     "forensics.cli_plot",
     "forensics.cli_sim",
+    "forensics.cli_sweep",
 )
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

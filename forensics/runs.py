@@ -15,6 +15,7 @@ import polars as pl
 
 from forensics.errors import RunNotFound, UsageError
 from forensics.store import Store
+from forensics.sweep.journal import run_tags
 
 # The columns of `forensics runs`, in order (JSON: these keys; null where unknown).
 RUN_COLUMNS = [
@@ -47,6 +48,8 @@ RUN_COLUMNS = [
     "bench_accept_len",
     "error",
     "experiment",  # forensics.experiment: the runs it may be compared with
+    "sweep",  # the sweep that launched it (forensics sweep), and its config there
+    "sweep_config",
 ]
 
 
@@ -384,6 +387,7 @@ def runs_table(
                 pl.lit(None, dtype=pl.Boolean if col == "hung" else pl.String).alias(col)
             )
     df = experiment.assign(df, group_by, store.get_meta(experiment.LABELS_META) or None)
+    df = df.join(run_tags(store), on="run_id", how="left")
     df = df.sort(["started_at", "path", "run_index"], nulls_last=True)
     if match:
         df = filter_match(df, match)
