@@ -7,7 +7,10 @@
 3. ingests every log (over SSH to 127.0.0.1 when an sshd is available), prints the runs table,
    diagnoses the 2step crash by relaunching it under a journal, asks the advisor, and writes
    the trend plot and the HTML report;
-4. stops everything it started.
+4. runs the same loop as one command: `forensics sweep fixtures/sweeps/sim-mix.toml` (one config
+   of each ending: ok, capture OOM, load hang, impossible, self-kill, death mid-benchmark; the
+   fast mode of the tests prints its plan only: tests/test_sweep_sim.py runs it);
+5. stops everything it started.
 
 Every step runs the real CLI (`python -m forensics ...`) and prints the command first.
 Everything lives under ./demo-out (FORENSICS_HOME=demo-out/store).
@@ -232,12 +235,25 @@ class Demo:
         self.cli("plot", "trend", "--out", str(trend))
         self.cli("plot", "accept", "--out", str(self.out / "accept.png"), show=False)
         self.cli("report", "--out", str(report))
-        console.print()
-        console.rule("[bold]done[/bold]")
         console.print(f"trend plot:  {trend}")
         console.print(f"accept plot: {self.out / 'accept.png'}")
         console.print(f"report:      {report}  (open it in a browser)")
         console.print(f"store:       {self.out / 'store'}  (FORENSICS_HOME)")
+
+    def sweep(self) -> None:
+        self.step(
+            "6. The same loop, as one command",
+            "`forensics sweep` plans a grid (skipping what SGLang refuses), then launches, "
+            "benchmarks, stops and ingests each config; a failing config is diagnosed and the "
+            "sweep goes on. This sweep file meets one of each ending.",
+        )
+        mix = Path(__file__).resolve().parent.parent / "fixtures" / "sweeps" / "sim-mix.toml"
+        if FAST:
+            self.cli("sweep", str(mix), "--dry-run")
+        else:
+            self.cli("sweep", str(mix))
+        console.print()
+        console.rule("[bold]done[/bold]")
         console.print(f"finished in {time.monotonic() - self.t0:.0f} s")
 
     def cleanup(self) -> None:
@@ -259,6 +275,7 @@ def main() -> int:
         demo.launch_and_bench()
         chain = demo.crash_2step()
         demo.analyse(chain)
+        demo.sweep()
     except KeyboardInterrupt:
         console.print("interrupted")
         return 130

@@ -16,7 +16,12 @@ SHARED = Path(os.environ.get("FORENSICS_SHARED") or ROOT.parent / "shared")
 # Each plugin module is optional while the suite is being built; all of them are loaded.
 pytest_plugins = [
     name
-    for name in ("tests.plugins.sshd", "tests.plugins.sim", "tests.plugins.faultserver")
+    for name in (
+        "tests.plugins.sshd",
+        "tests.plugins.sim",
+        "tests.plugins.faultserver",
+        "tests.plugins.slurm",
+    )
     if importlib.util.find_spec(name) is not None
 ]
 

@@ -64,6 +64,9 @@ def test_demo_tells_the_seed_story_and_leaves_nothing_running(tmp_path):
         > by_name["sglang_eagle3_nocg_16dt"]["bench_tok_s"]
     )
     assert "Verdict:" in text
+    # 6. the sweep act (fast mode: its plan)
+    assert "sweep sim-mix: 7 launches planned" in text
+    assert "skip: num_draft_tokens 8 needs 7 candidates" in text
     assert (out / "trend.png").stat().st_size > 10_000
     html = (out / "report.html").read_text()
     assert "sglang_eagle3_cg_5dt" in html

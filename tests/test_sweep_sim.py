@@ -42,9 +42,13 @@ EXPECTED = {
 }
 
 
-def _no_server_left(tag: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if "forensics.sim" in ln and tag in ln]
+def no_group_left(store: Store) -> list[int]:
+    """The process groups of the store's launches that are still alive (none should be)."""
+    from forensics.launcher import launches_frame
+
+    df = launches_frame(store)
+    groups = [] if df.is_empty() else [int(g) for g in df["pgid"].drop_nulls().to_list()]
+    return [g for g in groups if _alive(g)]
 
 
 def test_sim_mix_sweep_every_cause_right():
@@ -81,7 +85,7 @@ def test_sim_mix_sweep_every_cause_right():
     assert {c["config_id"]: c["outcome"] for c in json.loads(r.output)["configs"]} == {
         k: v[0] for k, v in EXPECTED.items()
     }
-    assert _no_server_left("sim-mix") == []
+    assert no_group_left(Store.open()) == []
     # overhead beyond launch + bench, per config that ran (the first one also loads the
     # phase classifier once); reported, not asserted (no timing assertions)
     print("overhead_s", {c["config_id"]: round(c["overhead_s"], 2) for c in ok})

@@ -72,6 +72,8 @@ CONFIG_KEYS: dict[str, tuple[str | None, str]] = {
     "drafter": ("--speculative-draft-model-path", "value"),
     "drafter_topk1": (None, "none"),
     "cleanup": (None, "none"),  # this config's cleanup steps instead of [base] cleanup
+    "slurm_mem": (None, "none"),  # this config's Slurm job --mem / --time (--executor slurm)
+    "slurm_time": (None, "none"),
 }
 
 TOP_KEYS = {"name", "base", "grid", "zip", "configs", "baseline", "bench", "run", "sim", "slurm"}

@@ -233,6 +233,8 @@ def run(
         if s["status"] in ("started", "submitted"):
             emit({"event": "recover", "key": u.key, "unit": u})
             recovered = ex.recover(u, s)
+            if recovered == "adopted":  # a Slurm job that still runs: the executor follows it
+                continue
             if recovered is not None:
                 ctl.finished(u, recovered)
                 continue
