@@ -74,9 +74,10 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @group_by_option()
+@click.option("--sweep", "sweep_name", help="Only the runs of this sweep, vs its own baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print {path, runs, failed} as JSON.")
 @click.pass_context
-def report_cmd(ctx, match, out, baseline, group_by, as_json):
+def report_cmd(ctx, match, out, baseline, group_by, sweep_name, as_json):
     """Write one self-contained HTML page: a contents list, then per experiment its verdict,
     plots, configurations, runs table and failed-run diagnoses.
 
@@ -85,6 +86,14 @@ def report_cmd(ctx, match, out, baseline, group_by, as_json):
     from forensics.report import write_report
 
     store = get_store(ctx, create=False)
+    if sweep_name:
+        from forensics.sweep.report import match_for
+
+        if match:
+            raise click.UsageError("give MATCH or --sweep, not both")
+        match, base = match_for(store, sweep_name)
+        if baseline is None and base is not None:
+            baseline = f"{base:.3f}"
     path = write_report(store, out, match, baseline=baseline, group_by=group_by)
     if as_json:
         echo_json({"path": str(path), "match": match, "bytes": path.stat().st_size})

@@ -116,10 +116,14 @@ def run_cmd(
             err=True,
         )
         ctx.exit(EXIT_INTERRUPTED)
+    res["plots"] = _plots(store, s.name)
     if as_json:
         echo_json(res)
     else:
         click.echo(sw.render(res))
+        if res["plots"]:
+            click.echo("plots: " + ", ".join(res["plots"].values()))
+            click.echo(f"report: forensics report --sweep {s.name}")
     if res["counts"]["pending"]:
         click.echo(
             f"Error: {s.name}: the time budget ended the sweep with {res['counts']['pending']} "
@@ -157,6 +161,19 @@ def status_cmd(ctx: click.Context, sweep: str | None, as_json: bool) -> None:
         echo_json(res)
     else:
         click.echo(sw.render(res))
+
+
+def _plots(store: Any, name: str) -> dict[str, str]:
+    """The sweep's trend and accept plots beside its logs (none when no run has data)."""
+    from forensics.errors import ForensicsError
+    from forensics.hosts import forensics_home
+    from forensics.sweep.report import plots
+
+    try:
+        return plots(store, name, forensics_home() / "sweeps" / name)
+    except ForensicsError as exc:
+        click.echo(f"Warning: {name}: no plots ({exc})", err=True)
+        return {}
 
 
 def plan_text(s: Any) -> str:

@@ -433,3 +433,31 @@ def test_status_lists_sweeps(tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["sweep", "status", "resume"])
     assert "best: steps=3 topk=1 ndt=4" in r.output
     assert runner.EXECUTORS == ("local", "slurm")
+
+
+# ---------------------------------------------------------------------- Slurm job causes
+
+
+def test_job_causes_from_state_and_output():
+    from forensics.sweep.executor_slurm import explain, parse_scontrol
+
+    info = parse_scontrol(
+        "JobId=2 JobName=wrap JobState=FAILED Reason=JobLaunchFailure ExitCode=0:9 "
+        "RunTime=00:00:03 StartTime=2026-12-01T11:08:21 MinMemoryNode=30M TimeLimit=UNLIMITED"
+    )
+    out = (
+        "slurmstepd-fxnode: error: StepId=2.batch exceeded memory limit (80000000 > 31457280), "
+        "being killed\nslurmstepd-fxnode: error: *** JOB 2 ON fxnode CANCELLED AT 2026 ***\n"
+    )
+    cid, text, fix = explain(info, out, {})
+    assert cid == "job-oom" and "(76 MiB used > 30 MiB)" in text and "--mem 30M" in text
+    assert "mem" in fix
+    timeout = parse_scontrol("JobState=TIMEOUT TimeLimit=00:01:00 StartTime=2026 ExitCode=0:15")
+    assert (
+        explain(timeout, "*** JOB 3 CANCELLED AT x DUE TO TIME LIMIT ***", {})[0] == "job-timeout"
+    )
+    pending = parse_scontrol("JobState=CANCELLED Reason=Resources StartTime=Unknown ExitCode=0:0")
+    cid, text, _ = explain(pending, "", {})
+    assert cid == "job-never-started" and "Resources" in text
+    cid, text, _ = explain(parse_scontrol("JobState=FAILED ExitCode=1:0 StartTime=x"), "boom\n", {})
+    assert cid == "job-failed" and "boom" in text

@@ -86,6 +86,12 @@ def test_sim_mix_sweep_every_cause_right():
         k: v[0] for k, v in EXPECTED.items()
     }
     assert no_group_left(Store.open()) == []
+    # the plots beside the logs, and the report of the sweep's runs only
+    assert all(Path(p).stat().st_size > 10_000 for p in data["plots"].values())
+    r = CliRunner().invoke(cli, ["report", "--sweep", "sim-mix", "--out", "sweep.html"])
+    assert r.exit_code == 0, r.output
+    html = Path("sweep.html").read_text()
+    assert "sglang_eagle3_cg_5step_topk4_16dt" in html and "capture" in html
     # overhead beyond launch + bench, per config that ran (the first one also loads the
     # phase classifier once); reported, not asserted (no timing assertions)
     print("overhead_s", {c["config_id"]: round(c["overhead_s"], 2) for c in ok})

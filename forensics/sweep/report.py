@@ -223,5 +223,29 @@ def _counts(s: dict[str, Any]) -> str:
     return ", ".join(f"{n} {k}" for k, n in s["counts"].items() if n)
 
 
-def listing(store: Store) -> list[dict[str, Any]]:
-    return sweeps(store)
+def match_for(store: Store, name: str) -> tuple[str, float | None]:
+    """The runs of sweep NAME for `forensics report/plot --sweep`: (a path fragment that
+    matches its logs, its baseline tok/s or None)."""
+    s = summary(store, name)
+    plan = last_plan(events(store, name)) or {}
+    if not plan.get("log_dir"):
+        raise RunNotFound(f"sweep {name!r}: its journal names no log folder", hint="rerun it")
+    return plan["log_dir"].rstrip("/") + "/", (s["baseline"] or {}).get("tok_s")
+
+
+def plots(store: Store, name: str, out_dir) -> dict[str, str]:  # noqa: ANN001 - a Path
+    """The trend and accept plots of the sweep's runs (vs its baseline) under ``out_dir``."""
+    from forensics.plots import make_plot
+
+    match, base = match_for(store, name)
+    out = {}
+    for kind in ("trend", "accept"):
+        _, path = make_plot(
+            store,
+            kind,
+            match,
+            out=out_dir / f"{kind}.png",
+            baseline=None if base is None else f"{base:.3f}",
+        )
+        out[kind] = str(path)
+    return out

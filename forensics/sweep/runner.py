@@ -212,6 +212,7 @@ def run(
         path=sweep.path,
         digest=sweep.digest,
         executor=executor,
+        log_dir=executor_local.log_dir(sweep),
         units=[u.as_dict() for u in sweep.units],
     )
     ctl = Controller(store, sweep, journal, emit)
