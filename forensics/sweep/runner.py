@@ -76,6 +76,7 @@ def prune_reason(store: Store, sweep: Sweep, unit: Unit, done: list[dict[str, An
     if base is None or len(spec_ok) < int(sweep.run.get("prune_after", 2)):
         return None
     from forensics import advise
+    from forensics.baseline import Baseline
 
     cfg = _base_values(unit.argv)
     steps = cfg.get("speculative_num_steps")
@@ -84,7 +85,7 @@ def prune_reason(store: Store, sweep: Sweep, unit: Unit, done: list[dict[str, An
     if not all(isinstance(v, int) for v in (steps, topk, ndt)):
         return None
     cg = cfg.get("cuda_graph", True) is not False
-    baseline = advise.Baseline(float(base["tok_s"]), "run", base.get("run"))
+    baseline = Baseline(float(base["tok_s"]), "run", base.get("run"))
     points = advise.run_points(store, executor_local.log_dir(sweep))
     for fam in advise.estimate_families(points, baseline):
         if None in (fam.num_steps, fam.topk, fam.num_draft_tokens) or fam.accept_needed is None:
