@@ -1561,16 +1561,9 @@ def find_run_for_url(store: Store, url: str) -> tuple[str, str] | None:
 
 
 def resolve_run(store: Store, match: str) -> tuple[str, str]:
-    from forensics.runs import find_runs
+    from forensics.runs import find_run
 
-    df = find_runs(store, match, classify=False)
-    if df.height > 1:
-        names = ", ".join(str(n) for n in df["name"].to_list()[:10])
-        raise UsageError(
-            f"--run {match}: matches {df.height} runs ({names})",
-            hint="give the exact run name or run id",
-        )
-    row = df.row(0, named=True)
+    row = find_run(store, match, classify=False, what=f"--run {match}")
     return str(row["run_id"]), str(row.get("name") or row["run_id"])
 
 

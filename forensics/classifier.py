@@ -891,12 +891,7 @@ class Verdict:
 def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
     """One-line explanation and next steps, each about the evidence the verdict cites."""
     cfg = a.config or {}
-    mem = cfg.get("mem_fraction")
-    values = {
-        "mem_up": f"--mem-fraction-static {min(0.95, mem + 0.05):.2f}" if mem else None,
-        "mem_down": f"--mem-fraction-static {max(0.5, mem - 0.05):.2f}" if mem else None,
-    }
-    values = {k: v for k, v in values.items() if v}
+    values = sigs.remedy_values(cfg)  # None: the remedy's setting is at its limit already
     sid = a.signature
     sig = sigs.BY_ID.get(sid or "")
     steps: list[str] = []
@@ -928,10 +923,11 @@ def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
             c = next((c for c in sigs.CAPTURE_CAUSES if c["id"] == a.capture_cause), None)
             cause_txt = c["explanation"] if c else "see the error"
             if c:
-                steps += [sigs.render(r, **values) for r in c["remedies"]]
-        text = sigs.render(sig.explanation, cause=cause_txt, killer=killer, **values)
+                steps += sigs.fitting(c["remedies"], values)
+        known = {k: v for k, v in values.items() if v is not None}
+        text = sigs.render(sig.explanation, cause=cause_txt, killer=killer, **known)
         if sig.id != "capture_failed":
-            steps += [sigs.render(r, **values) for r in sig.remedies]
+            steps += sigs.fitting(sig.remedies, values)
     elif sid and sid.startswith("unknown:") and a.cause is not None:
         text = f"{phase}: an error no catalog entry knows: {_unknown_text(a.cause)[:160]}"
         steps.append(

@@ -96,7 +96,8 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     comes from each request's final chunk and from /server_info after a /flush_cache.
 
     Exit codes: 0 ok; 4 failures above --max-failure-rate or the server died; 6 --deadline
-    passed; 130 interrupted (partial results are stored, marked interrupted).
+    passed; 130 interrupted (partial results are stored, marked interrupted). A benchmark in
+    which no request completed (a dead port) stores nothing.
     """
     from forensics import bench
 
@@ -128,6 +129,11 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     rep.config.url = tgt.url
     rep.via = f"ssh {tgt.ssh_host}" if tgt.ssh_host else None
     url = tgt.url
+    if not rep.summary["completed"] and not rep.interrupted:  # a dead port: nothing to store
+        store = None
+        nothing_measured = True
+    else:
+        nothing_measured = False
     if store is not None:
         if run_id is None:
             found = bench.find_run_for_url(store, url)
@@ -154,6 +160,8 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         echo_json(out)
     else:
         _render(bench, rep, baseline, stored=store is not None)
+        if nothing_measured:
+            click.echo("not stored: no request completed", err=True)
         warning = _health_warning(bench, rep)
         if warning:
             click.echo(warning, err=True)
@@ -296,7 +304,11 @@ def _health_warning(bench: Any, rep: Any) -> str | None:
 
 def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: bool) -> None:
     if rep.interrupted:
-        saved = f"stored as {rep.bench_id}" if stored else "not stored (--no-store)"
+        saved = (
+            f"stored as {rep.bench_id}"
+            if stored
+            else "not stored (--no-store, or no request completed)"
+        )
         click.echo(
             f"Interrupted: {rep.summary['completed']} requests measured; partial results {saved}.",
             err=True,

@@ -78,8 +78,36 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
+# JSON floats: as many significant digits as a float32 holds, so means of float32 columns
+# print as 2.55, not 2.550000015894572; large values (counters, epoch seconds) are kept whole.
+JSON_DIGITS = 7
+JSON_WHOLE_ABOVE = 1e6
+
+
+def json_float(x: float) -> float | None:
+    """The one rounding of a float at the JSON boundary (None for NaN and infinities, which
+    JSON does not have)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return None
+    if abs(x) >= JSON_WHOLE_ABOVE or x.is_integer():
+        return x
+    return float(f"{x:.{JSON_DIGITS}g}")
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every float through json_float (dicts, lists and tuples walked)."""
+    if isinstance(value, float):
+        return json_float(value)
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, default=json_default, indent=2, ensure_ascii=False))
+    text = json.dumps(json_ready(data), default=json_default, indent=2, ensure_ascii=False)
+    click.echo(text)
 
 
 def emit_frame(

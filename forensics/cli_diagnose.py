@@ -109,7 +109,7 @@ def register(cli: click.Group) -> None:
             for v in out:
                 hung = " (hung)" if v["hung"] else ""
                 click.echo(
-                    f"{v['path']}#{v['run_index']}: {v['phase']}{hung}  "
+                    f"{v['path']}#{v['run_index'] + 1}: {v['phase']}{hung}  "  # 1-based, as `runs`
                     f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
                 )
                 click.echo(f"  {v['explanation']}")

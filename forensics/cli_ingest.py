@@ -180,15 +180,16 @@ def runs_cmd(ctx, match, fmt, all_columns, group_by):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def show_cmd(ctx, run, as_json):
-    """A readable report of one run: config, stage timeline, metrics, errors."""
+    """A readable report of one run: config, stage timeline, metrics, errors.
+
+    RUN is a run name, a fragment of one, or a run id; one that matches several runs exits 2
+    listing them."""
     from forensics.report_text import render_show, show_data
-    from forensics.runs import find_runs
+    from forensics.runs import find_run
 
     store = get_store(ctx)
-    hits = find_runs(store, run)
-    datas = [show_data(store, row) for row in hits.iter_rows(named=True)]
+    data = show_data(store, find_run(store, run))
     if as_json:
-        echo_json(datas if len(datas) > 1 else datas[0])
+        echo_json(data)
         return
-    for d in datas:
-        render_show(d)
+    render_show(data)

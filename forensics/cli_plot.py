@@ -36,7 +36,7 @@ def register(cli: click.Group) -> None:
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @click.option("--experiment", metavar="EXP", default=None, help=EXPERIMENT_HELP)
 @group_by_option()
-@click.option("--json", "as_json", is_flag=True, help="Print {kind, path, runs} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {kind, path, match} as JSON.")
 @click.pass_context
 def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     """Draw a plot of the runs (MATCH: a run name fragment; for `decode`, the run).
@@ -75,7 +75,7 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @group_by_option()
 @click.option("--sweep", "sweep_name", help="Only the runs of this sweep, vs its own baseline.")
-@click.option("--json", "as_json", is_flag=True, help="Print {path, runs, failed} as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print {path, match, bytes} as JSON.")
 @click.pass_context
 def report_cmd(ctx, match, out, baseline, group_by, sweep_name, as_json):
     """Write one self-contained HTML page: a contents list, then per experiment its verdict,

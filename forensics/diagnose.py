@@ -24,6 +24,7 @@ from typing import Any
 import polars as pl
 
 from forensics import classifier
+from forensics import signatures as sigs
 from forensics.errors import ForensicsError, RunNotFound
 from forensics.runs import (
     COMPARED_COLUMNS,
@@ -200,6 +201,14 @@ def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any
         if v.phase != "ok"
         else {"closest": None, "differences": [], "text": ""}
     )
+    sig = sigs.BY_ID.get(v.signature or "")
+    if sig is not None and not sig.config_matters and cmp.get("differences"):
+        cmp = {
+            **cmp,
+            "differences": [],
+            "text": f"{cmp.get('text', '')} (its configuration differences are left out: "
+            f"{sig.id} comes from the host, not the configuration)",
+        }
     steps = list(v.next_steps)
     if cmp.get("differences") and v.phase != "ok":
         d = ", ".join(f"{x['key']} {x['this']} → {x['worked']}" for x in cmp["differences"][:3])
@@ -407,7 +416,7 @@ def diagnose(
             message += f"; launches: {', '.join(sorted(set(n for n in names if n))[:12])}"
         guesses = guess_logs(table, match)
         if len(guesses) == 1:
-            return _guessed_report(guesses[0], match)
+            return _guessed_report(guesses[0], match, message)
         if guesses:
             shown = ", ".join(g["where"] for g in guesses[:12])
             raise RunNotFound(
@@ -654,8 +663,11 @@ def guess_logs(table: pl.DataFrame, match: str) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def _guessed_report(g: dict[str, Any], match: str) -> list[dict[str, Any]]:
-    """The one conventional log ``match`` names: missing (the evidence) or there, not ingested."""
+def _guessed_report(g: dict[str, Any], match: str, message: str) -> list[dict[str, Any]]:
+    """The one conventional log ``match`` names, when it is there but not ingested: its
+    diagnosis. When it is not there, nothing says that log was ever expected (no launch, no
+    recipe, no --log): RunNotFound (exit 3) with ``message`` (the names that exist) and the
+    guess as the hint, never an invented failure."""
     from forensics.hosts import get_host
 
     remote = g["host"] != "local"
@@ -680,18 +692,12 @@ def _guessed_report(g: dict[str, Any], match: str) -> list[dict[str, Any]]:
                 *r["next_steps"],
             ]
         return reps
-    rep = missing_log_report(g["name"], g["path"], host=h, asked=True)
-    rep["guessed_from"] = g["from"]
-    rep["explanation"] = (
-        f"no run matches {match!r}; {basis}, its log would be {g['where']}. " + rep["explanation"]
+    raise RunNotFound(
+        f"{message}; no launch or recipe of that name is recorded, and {g['where']} ({basis}) "
+        "does not exist",
+        hint=f"if the launch should have written it: forensics diagnose {g['name']} --log "
+        + shlex.quote(g["where"]),
     )
-    host_opt = "" if h.name == "local" else f" --host {h.name}"
-    rep["next_steps"][0] = (
-        f"relaunch it with evidence collection: forensics diagnose {g['name']} --relaunch"
-        f"{host_opt} --shell '<the chain you ran>' (no launch or recipe of that name is "
-        "recorded; each step is journaled, so the next failure explains itself)"
-    )
-    return [rep]
 
 
 def _chain_of(launch: dict[str, Any] | None) -> str | None:

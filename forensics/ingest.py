@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import posixpath
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -35,7 +36,10 @@ if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes t
 READ_CHUNK = 4 << 20
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 HEAD_BYTES = 4096
-LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".gz")
+# What a folder given to ingest contributes (files named one by one, or by a glob of your own,
+# are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
+DIR_PATTERNS = ("*.log", "*.log.gz", "*.out", "*.err")
+DIR_SKIP = ("evidence",)  # folders never descended into: $FORENSICS_HOME/evidence/LAUNCH/...
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
 CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
 
@@ -163,18 +167,9 @@ def expand_inputs(
             candidates = [path]
         for cand in candidates:
             if host.is_dir(cand):
-                pattern = cand.rstrip("/") + ("/**/*" if recursive else "/*")
-                try:
-                    inside = [
-                        p
-                        for p in host.glob(pattern)
-                        if p.endswith(LOG_SUFFIXES) and not host.is_dir(p)
-                    ]
-                except InputNotFound:
-                    inside = []
-                if not inside:
+                candidates_ = _logs_in(host, cand, recursive)
+                if not candidates_:
                     empty_dirs.append(cand)
-                candidates_ = inside
             else:
                 candidates_ = [cand]
             for p in candidates_:
@@ -184,20 +179,44 @@ def expand_inputs(
                     continue
                 seen.add(key)
                 out.append((host, real))
+    patterns = ", ".join(DIR_PATTERNS)
+    quiet: list[ForensicsError] = []  # warned about without their hint
     for d in empty_dirs:
-        missing.append(
+        quiet.append(
             InputNotFound(
-                f"{d}: directory holds no *.log files",
-                hint="name the files or a quoted glob; -r descends into sub-folders",
+                f"{d}: directory holds no {patterns} files"
+                + (" at any depth" if recursive else " (sub-folders not searched)"),
+                hint="name the files or a quoted glob"
+                + ("" if recursive else "; -r searches sub-folders at every depth"),
             )
         )
+    missing.extend(quiet)
     if missing and not out:
         if len(missing) == 1:
             raise missing[0]
         raise InputNotFound("; ".join(str(m) for m in missing))
     for m in missing:
-        warn(m.message if m.message.endswith("holds no *.log files") else str(m))
+        warn(m.message if m in quiet else str(m))
     return out
+
+
+def _logs_in(host: Any, folder: str, recursive: bool) -> list[str]:
+    """The files of ``folder`` matching DIR_PATTERNS (with ``recursive``, at every depth,
+    outside DIR_SKIP folders), sorted."""
+    base = folder.rstrip("/") or "/"
+    found: set[str] = set()
+    for pattern in DIR_PATTERNS:
+        try:
+            hits = host.glob(posixpath.join(base, "**" if recursive else "", pattern))
+        except InputNotFound:
+            continue
+        found.update(hits)
+    skip = set(DIR_SKIP)
+    return sorted(
+        p
+        for p in found
+        if not skip.intersection(PurePosixPath(p[len(base) :]).parts[:-1]) and not host.is_dir(p)
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -497,7 +497,7 @@ def _check_process_group(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
         step.text,
         "the server shares the process group of the shell that launched it, so it can only be "
         "stopped later by a pattern (pkill -f ...), which is how chains kill themselves and "
-        "leave orphaned schedulers holding the port and the GPUs (S16).",
+        "leave orphaned schedulers holding the port and the GPUs.",
         rule.alternative,
     )
 
@@ -518,7 +518,7 @@ def _check_stdin(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
                     step.index,
                     step.text,
                     "nohup leaves stdin attached to the SSH channel: ssh may not return until "
-                    "the server exits, and a server that reads stdin blocks (S17).",
+                    "the server exits, and a server that reads stdin blocks.",
                     rule.alternative,
                 )
                 break
@@ -694,7 +694,7 @@ RULES: tuple[Rule, ...] = (
         "a pkill -f / pgrep -f pattern that matches the command line of the shell running the "
         "chain",
         "pkill -f matches full command lines, and the launching shell's command line is the "
-        "whole chain, so the cleanup kills the chain before the server starts (S14)",
+        "whole chain, so the cleanup kills the chain before the server starts",
         "stop the previous run by its process group: `forensics stop NAME` (or "
         "`kill -TERM -- -PGID` from the pid file); if a pattern is unavoidable, make it one that "
         "cannot match the chain, e.g. `pkill -f '[s]glang.launch_server'` when the chain itself "
@@ -727,7 +727,7 @@ RULES: tuple[Rule, ...] = (
         "gpu-collateral-kill",
         "error",
         "`fuser -k /dev/nvidia*` or GPU-holder lists piped to kill",
-        "kills every GPU user on the host, not just your server (S15)",
+        "kills every GPU user on the host, not just your server",
         "list GPU holders without killing (`fuser -v /dev/nvidia*`, `nvidia-smi "
         "--query-compute-apps=pid,process_name --format=csv`) and stop only your own process "
         "group",
@@ -747,7 +747,7 @@ RULES: tuple[Rule, ...] = (
         "warning",
         "the server is started without setsid (no process group of its own)",
         "without its own group the run can only be stopped by pattern, and orphaned children "
-        "survive (S16)",
+        "survive",
         "start it with `setsid nohup CMD </dev/null >>LOG 2>&1 &` and keep `$!` as the pgid "
         "(what `forensics launch` does)",
         _check_process_group,
@@ -756,7 +756,7 @@ RULES: tuple[Rule, ...] = (
         "no-redirect-stdin",
         "warning",
         "nohup without `</dev/null`",
-        "stdin stays attached to the SSH channel (S17)",
+        "stdin stays attached to the SSH channel",
         "redirect all three streams: `nohup CMD </dev/null >>LOG 2>&1 &`",
         _check_stdin,
     ),
@@ -782,7 +782,7 @@ RULES: tuple[Rule, ...] = (
         "disk-full",
         "error",
         "the log's filesystem or $TMPDIR has less free space than the recipe's min_free_mb",
-        "the server dies mid-write (ENOSPC) or writes a truncated log (S10)",
+        "the server dies mid-write (ENOSPC) or writes a truncated log",
         "free space on MOUNT (`du -xh -d1 MOUNT | sort -h | tail`) or put the log elsewhere "
         "(min_free_mb in the recipe sets the threshold, 0 turns the check off)",
         _check_disk,

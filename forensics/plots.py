@@ -665,11 +665,11 @@ def plot_decode(store: Store, run: str, *, out: str | Path | None = None) -> Fig
     import polars as pl
 
     from forensics.advise import short_config
-    from forensics.runs import find_runs
+    from forensics.runs import find_run
 
     if not run:
         raise UsageError("plot decode needs a run", hint="forensics plot decode RUN")
-    row = find_runs(store, run, classify=False).row(0, named=True)
+    row = find_run(store, run, classify=False)
     dec = store.table("decode")
     if not dec.is_empty():
         dec = dec.filter(

@@ -454,6 +454,21 @@ def find_runs(
     return hit.sort("started_at", descending=True, nulls_last=True)
 
 
+def find_run(store: Store, match: str, *, classify: bool = True, what: str | None = None) -> dict:
+    """The one run ``match`` names (find_runs' rules). Several: UsageError (exit 2) listing
+    them, never a silent pick. ``what``: how the caller shows the argument (``--run X``)."""
+    df = find_runs(store, match, classify=classify)
+    if df.height > 1:
+        rows = df.head(10).iter_rows(named=True)
+        names = ", ".join(f"{r['name']} ({r['run_id']}, {r.get('path')})" for r in rows)
+        more = f" and {df.height - 10} more" if df.height > 10 else ""
+        raise UsageError(
+            f"{what or match}: matches {df.height} runs: {names}{more}",
+            hint="give the exact run name or its run id",
+        )
+    return df.row(0, named=True)
+
+
 # Startup segments of the timeline: (name, begin stage, end stage, scope or None for any).
 SEGMENTS = [
     ("dist_init", "dist_init_begin", "dist_init_end", None),

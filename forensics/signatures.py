@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import string
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,6 +152,7 @@ CATALOG: list[dict[str, Any]] = [
         ],
         "phase": "cleanup",
         "priority": 87,
+        "config_matters": False,  # the host, not the configuration: no config diff
         "explanation": "a port the server needs is still held, usually by the previous server "
         "that the cleanup did not stop",
         "remedies": [
@@ -168,6 +171,7 @@ CATALOG: list[dict[str, Any]] = [
         ],
         "phase": "cleanup",
         "priority": 86,
+        "config_matters": False,  # the host, not the configuration: no config diff
         "explanation": "GPU memory is held by another process (often the previous server that "
         "was not fully killed)",
         "remedies": [
@@ -189,7 +193,7 @@ CATALOG: list[dict[str, Any]] = [
         "the KV cache pool (--mem-fraction-static too low for this model and tp size)",
         "remedies": [
             "raise --mem-fraction-static (e.g. {mem_up})",
-            "or spread the model over more GPUs (--tp-size), or lower --context-length",
+            "spread the model over more GPUs (--tp-size), or lower --context-length",
         ],
     },
     {
@@ -350,6 +354,7 @@ CATALOG: list[dict[str, Any]] = [
         "phase": None,
         "phase_from": "stage",
         "priority": 73,
+        "config_matters": False,  # the host, not the configuration: no config diff
         "explanation": "a filesystem on the host is full (ENOSPC): a write of the log, a cache "
         "(Triton, torch.compile, CUDA graphs) or a download failed",
         "remedies": [
@@ -522,6 +527,7 @@ class Signature:
     phase_from: str = "frames"  # "stage": the frames are the reporter's, not the failure's
     # patterns that count only when the traceback's frames match ``frames`` (optional or not)
     framed: tuple[re.Pattern[str], ...] = ()
+    config_matters: bool = True  # False: configuration differences do not explain it
 
 
 @dataclass
@@ -549,6 +555,7 @@ def _compile() -> list[Signature]:
                 frames_optional=e.get("frames_optional", False),
                 phase_from=e.get("phase_from", "frames"),
                 framed=tuple(re.compile(p, re.M) for p in e.get("framed_patterns", ())),
+                config_matters=e.get("config_matters", True),
             )
         )
     return out
@@ -674,6 +681,45 @@ def template(text: str) -> str:
 
 def unknown_id(text: str) -> str:
     return "unknown:" + hashlib.sha1(template(text).encode()).hexdigest()[:8]
+
+
+# Remedy placeholders that move one setting of the log: placeholder -> (config key, flag,
+# step, limit). A remedy whose setting is already at its limit in the log does not fit it
+# ("raise --mem-fraction-static" at 0.95) and is left out; an unknown setting renders the
+# generic phrase of ``render``.
+REMEDY_SETTINGS: dict[str, tuple[str, str, float, float]] = {
+    "mem_up": ("mem_fraction", "--mem-fraction-static", +0.05, 0.95),
+    "mem_down": ("mem_fraction", "--mem-fraction-static", -0.05, 0.50),
+}
+
+
+def remedy_values(config: dict[str, Any]) -> dict[str, str | None]:
+    """Placeholder -> the value to suggest from the log's ``config``, None when the setting
+    is already at its limit (the remedy does not fit); settings the log lacks are absent."""
+    out: dict[str, str | None] = {}
+    for key, (field_, flag, step, limit) in REMEDY_SETTINGS.items():
+        cur = config.get(field_)
+        if not isinstance(cur, int | float) or isinstance(cur, bool):
+            continue
+        new = min(cur + step, limit) if step > 0 else max(cur + step, limit)
+        moves = new > cur + 1e-9 if step > 0 else new < cur - 1e-9
+        out[key] = f"{flag} {new:.2f}" if moves else None
+    return out
+
+
+def fitting(remedies: Iterable[str], values: dict[str, str | None]) -> list[str]:
+    """The remedies that fit the log, rendered: one naming a placeholder whose value is None
+    (its setting is at its limit) is left out."""
+    unfit = {k for k, v in values.items() if v is None}
+    known = {k: v for k, v in values.items() if v is not None}
+    return [render(r, **known) for r in remedies if not unfit & _placeholders(r)]
+
+
+def _placeholders(text: str) -> set[str]:
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    except ValueError:  # a literal brace (`awk '{print}'`): no placeholders
+        return set()
 
 
 def render(text: str, **values: Any) -> str:

@@ -206,11 +206,14 @@ def test_directory_without_logs_warns(capsys, tmp_path):
     log.write_bytes((FIX / "sglang_baseline.log").read_bytes())
     code, out, err = run(capsys, "ingest", str(empty), str(log))
     assert code == 0 and out.startswith("Ingested 1 file(s)")
-    assert err.strip() == f"Warning: {empty}: directory holds no *.log files"
+    assert err.strip() == (
+        f"Warning: {empty}: directory holds no *.log, *.log.gz, *.out, *.err files "
+        "(sub-folders not searched)"
+    )
     # alone: nothing to ingest is an error (exit 3), one line
     code, out, err = run(capsys, "ingest", str(empty))
     assert code == 3
-    assert err.strip().startswith(f"Error: {empty}: directory holds no *.log files")
+    assert err.strip().startswith(f"Error: {empty}: directory holds no *.log, *.log.gz")
 
 
 def test_binary_empty_and_gzip_files_P01_P12(capsys, tmp_path):
@@ -281,3 +284,51 @@ def test_bad_flag_is_usage_exit_2_C01(capsys):
     assert code == 2 and "No such option" in err
     code, _, err = run(capsys, "ingest", "--name-pattern", "(", "x.log")
     assert code == 2 and err.startswith("Error: --name-pattern '(': not a regular expression")
+
+
+def _tree(root, files):
+    for rel in files:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes((FIX / "sglang_baseline.log").read_bytes())
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        ["a.log", "b.log"],  # flat: -r used to say "holds no *.log files"
+        ["a.log", "d1/b.log", "d1/d2/c.log", "d1/d2/d3/d4/e.log"],  # every depth
+        ["d1/d2/only.log.gz"],
+    ],
+)
+def test_ingest_r_reads_every_depth_issue14(capsys, tmp_path, files):
+    """Issue 14, "The CLI contract a new user hits": `ingest -r DIR` recurses every depth."""
+    import gzip
+
+    root = tmp_path / "logs"
+    _tree(root, [f for f in files if not f.endswith(".gz")])
+    for f in (f for f in files if f.endswith(".gz")):
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_bytes(gzip.compress((FIX / "sglang_baseline.log").read_bytes()))
+    code, out, err = run(
+        capsys, "--store", str(tmp_path / "st"), "ingest", "-r", str(root), "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["files"] == len(files)
+
+
+def test_ingest_r_skips_evidence_dumps_and_names_its_patterns_issue14(capsys, tmp_path):
+    root = tmp_path / "logs"
+    _tree(root, ["run.log", "evidence/L1/nvidia-smi.log", "notes.txt", "sub/evidence.txt"])
+    store = ["--store", str(tmp_path / "st")]
+    code, out, err = run(capsys, *store, "ingest", "-r", str(root), "--json")
+    assert code == 0, err
+    assert json.loads(out)["files"] == 1  # run.log: no evidence/, no *.txt
+    # a .txt named by the user is read as given
+    code, out, err = run(capsys, *store, "ingest", str(root / "notes.txt"), "--json")
+    assert code == 0 and json.loads(out)["files"] == 1, err
+    empty = tmp_path / "empty"
+    (empty / "deep" / "er").mkdir(parents=True)
+    code, out, err = run(capsys, *store, "ingest", "-r", str(empty))
+    assert code == 3
+    assert "holds no *.log, *.log.gz, *.out, *.err files at any depth" in err
