@@ -136,7 +136,7 @@ def test_bench_against_a_dead_port_stores_nothing(tmp_path):
 
 
 def test_no_internal_case_ids_in_what_users_read():
-    """"(S16)" and the like are the bad-inputs catalog's ids, not words a user knows."""
+    """ "(S16)" and the like are the bad-inputs catalog's ids, not words a user knows."""
     from forensics import signatures
     from forensics.lint import RULES, lint
     from tests.test_shell import SEED
