@@ -30,7 +30,7 @@ fmt: venv
 	$(BIN)/ruff check --fix forensics parsers tests scripts
 
 bench: venv
-	$(BIN)/python scripts/bench_ingest.py
+	$(BIN)/python scripts/bench_ingest.py --write-docs
 	$(BIN)/python scripts/bench_client.py
 	$(BIN)/python scripts/bench_store_scale.py
 
