@@ -207,3 +207,24 @@ def test_stage_of_sees_through_a_prefix():
     assert stage_of("2026-04-12T21:16:41.7Z [2026-04-12 21:16:41 TP0] Load weight begin.") == (
         "load_begin"
     )
+
+
+@pytest.mark.parametrize("kind", ["docker-split", "kubectl", "lone-cr"])
+def test_resuming_a_wrapped_log_from_its_state_equals_one_pass(kind):
+    # what an ingest of a growing file does: state and offset after the complete lines
+    lines = fixture_lines("sglang_two_launches.log")
+    data = {
+        "docker-split": "".join(
+            json.dumps({"log": s[:30]}) + "\n" + json.dumps({"log": s[30:] + "\n"}) + "\n"
+            for s in lines
+        ),
+        "kubectl": "".join(PREFIXED["kubectl"](i) + s + "\n" for i, s in enumerate(lines)),
+        "lone-cr": "\r".join(lines) + "\r",
+    }[kind].encode()
+    whole = canon(parse_bytes(data, "x.log"))
+    for cut in range(0, len(data), len(data) // 4):
+        p1 = LogParser("x.log")
+        first = p1.feed(data[:cut])
+        state, offset = json.loads(json.dumps(p1.state())), cut - p1.pending_bytes
+        p2 = LogParser("x.log", state=state)
+        assert canon(Frames.concat([first, p2.feed(data[offset:]), p2.finish()])) == whole, cut
