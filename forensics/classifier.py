@@ -218,7 +218,9 @@ def analyze(
             ]
     served_lines.sort()
     ready = [li for st, _, li in stages if st == "ready"]
-    ndec = len(served_lines)
+    # metrics rows may stand for several (``n``: classify keeps them as counts, iter_analyses)
+    counted = [df for df in (dec, pre) if "n" in df.columns]
+    ndec = sum(int(df["n"].sum()) for df in counted) if counted else len(served_lines)
     # the server's first own line: a stage or a metrics line (what comes before it in a log
     # that shows the server starting is a harness's, pip's or a shell's)
     owned = [li for _, _, li in stages[:1]] + [li for li, _ in served_lines[:1]]
@@ -1051,16 +1053,139 @@ def corpus_digest(corpus: Path = CORPUS) -> str:
     return h.hexdigest()[:16]
 
 
+# What classify keeps of one run while it streams a log (docs/diagnose.md, "Bounded memory"):
+# per table, the first and the last half of this many rows; a kept line's text is cut to
+# KEEP_TEXT characters. Decode lines are kept as counts (all analysis reads of them).
+KEEP_ROWS = {"lines": 10_000, "events": 10_000, "errors": 1_000}
+KEEP_TEXT = 8 << 10
+
+
+def _metrics_summary(*frames: pl.DataFrame) -> pl.DataFrame:
+    """Decode and prefill rows -> per run and rank, its first and its last line (``n``: how
+    many rows they stand for). All analysis reads of them: counts, first, last per rank."""
+    cols = ["run_index", "line", "rank"]
+    parts = [
+        df.select(
+            *cols, (pl.col("n") if "n" in df.columns else pl.lit(1)).cast(pl.Int64).alias("n")
+        )
+        for df in frames
+        if not df.is_empty()
+    ]
+    if not parts:
+        return pl.DataFrame(
+            schema={"run_index": pl.Int64, "line": pl.Int64, "rank": pl.String, "n": pl.Int64}
+        )
+    g = (
+        pl.concat(parts, how="vertical_relaxed")
+        .group_by("run_index", "rank")
+        .agg(
+            pl.col("line").min().alias("first"),
+            pl.col("line").max().alias("last"),
+            pl.col("n").sum(),
+        )
+    )
+    return pl.concat(
+        [
+            g.select("run_index", pl.col("first").alias("line"), "rank", "n"),
+            g.select(
+                "run_index", pl.col("last").alias("line"), "rank", pl.lit(0, pl.Int64).alias("n")
+            ),
+        ]
+    ).sort("run_index", "line")
+
+
+def _head_tail(df: pl.DataFrame, keep: int) -> pl.DataFrame:
+    """The first and the last ``keep // 2`` rows of each run (all of a run with fewer)."""
+    if df.is_empty() or len(df) <= keep:
+        return df
+    half = keep // 2
+    pos = pl.int_range(pl.len()).over("run_index")
+    size = pl.len().over("run_index")
+    return df.filter((pos < half) | (pos >= size - half))
+
+
+def iter_analyses(src, *, tail: int | None = None, warn=None):
+    """Analyses of every run of a ``forensics.logsource.LogSource``, parsed as a stream.
+
+    Memory is bounded by one run (KEEP_ROWS, KEEP_TEXT), not by the file: a run's rows are
+    analysed and dropped once the next run begins. A damaged compressed stream keeps what
+    decoded and says so through ``warn`` (nothing decoded: the error is raised).
+    """
+    from forensics.errors import StreamDamaged
+    from forensics_parsers.sglang import Frames, LogParser, empty
+
+    parser = LogParser(src.where)
+    mtime = src.stat.mtime or None
+    held: list[Frames] = []
+    rows = dict.fromkeys(KEEP_ROWS, 0)
+    done = 0  # runs below this index were analysed
+
+    def keep(f: Frames) -> None:
+        f.decode = _metrics_summary(f.decode, f.prefill)
+        f.prefill = empty("prefill")
+        if not f.lines.is_empty():
+            f.lines = f.lines.with_columns(pl.col("text").str.slice(0, KEEP_TEXT))
+        held.append(f)
+        for t in KEEP_ROWS:
+            rows[t] += len(getattr(f, t))
+        if any(rows[t] > 2 * KEEP_ROWS[t] for t in KEEP_ROWS):
+            compact(Frames.concat(held))
+
+    def compact(fr: Frames, below: int | None = None) -> None:
+        """Keep the rows of runs >= ``below`` (all), each table cut to its cap."""
+        for t in (*KEEP_ROWS, "decode", "runs"):
+            df = getattr(fr, t)
+            if below is not None and not df.is_empty():
+                df = df.filter(pl.col("run_index") >= below)
+            if t in KEEP_ROWS:
+                df = _head_tail(df, KEEP_ROWS[t])
+                rows[t] = len(df)
+            elif t == "decode":
+                df = _metrics_summary(df)
+            setattr(fr, t, df)
+        fr.counts, fr.stats = {}, {}
+        held[:] = [fr]
+
+    def settle(below: int | None):
+        """Analyse the runs below ``below`` (every run when None) and drop their rows."""
+        nonlocal done
+        fr = Frames.concat(held)
+        tables = fr.tables()
+        runs = tables["runs"]
+        idx = sorted(set(runs["run_index"].to_list())) if not runs.is_empty() else []
+        for i in idx:
+            if i >= done and (below is None or i < below):
+                yield analyze(tables, i, path=src.where, mtime=mtime)
+        if below is None:
+            if not idx and not done:
+                yield analyze(tables, 0, path=src.where, mtime=mtime)
+            return
+        done = below
+        compact(fr, below)
+
+    try:
+        for chunk in src.chunks(tail=tail):
+            keep(parser.feed(chunk))
+            if parser.run_index > done:
+                yield from settle(parser.run_index)
+    except StreamDamaged as exc:
+        if warn is None or not exc.kept:
+            raise  # nothing decoded: no log to classify (never a run "hung before exec")
+        warn(str(exc))
+    keep(parser.finish())
+    yield from settle(None)
+
+
 def parse_path(path: Path | str):
-    from forensics_parsers.sglang import parse_bytes
+    """All frames of a log file (a whole parse, through forensics.logsource)."""
+    from forensics.hosts import get_host
+    from forensics.logsource import open_log
+    from forensics_parsers.sglang import Frames, LogParser
 
-    p = Path(path)
-    data = p.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-
-        data = gzip.decompress(data)
-    return parse_bytes(data, str(p))
+    src = open_log(get_host(None), str(path))
+    parser = LogParser(src.where)
+    parts = [parser.feed(chunk) for chunk in src.chunks()]
+    return Frames.concat([*parts, parser.finish()])
 
 
 def _tables(frames) -> dict[str, pl.DataFrame]:
@@ -1237,23 +1362,34 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
 # --------------------------------------------------------------------------------------
 # Public entry points
 # --------------------------------------------------------------------------------------
-def classify_file(path: str | Path, model: Model | None = None) -> list[Verdict]:
+def classify_file(path: str | Path, model: Model | None = None, *, warn=None) -> list[Verdict]:
+    """Classify a log on this machine (read through forensics.logsource: any format)."""
+    from forensics.errors import FileMissing, NotRegularFile
+    from forensics.hosts import get_host
+    from forensics.logsource import open_log
+
     p = Path(path)
-    if not p.exists():
+    try:
+        src = open_log(get_host(None), os.fspath(path))  # as given: Path drops a trailing /
+    except FileMissing:
         raise InputNotFound(
             f"{p}: no such file",
             hint=f"forensics diagnose {p.stem} --log {p} to diagnose a log that was never written",
-        )
-    if p.is_dir():
+        ) from None
+    except NotRegularFile as exc:
+        if not p.is_dir():
+            raise
         raise UsageError(
             f"{p}: is a directory, not a log file", hint=f"forensics classify {p}/*.log"
-        )
-    frames = parse_path(p)
-    m = model
-    out = []
-    for a in analyses_for(frames, str(p), mtime=p.stat().st_mtime):
-        out.append(verdict(a, m))
-    return out
+        ) from exc
+    return classify_source(src, model, warn=warn)
+
+
+def classify_source(
+    src, model: Model | None = None, *, tail: int | None = None, warn=None
+) -> list[Verdict]:
+    """Verdicts for every run of an opened ``LogSource`` (the file's age decides ``hung``)."""
+    return [verdict(a, model) for a in iter_analyses(src, tail=tail, warn=warn)]
 
 
 def classify_text(text: str, model: Model | None = None, *, path: str = "<text>") -> list[Verdict]:
@@ -1503,6 +1639,7 @@ __all__ = [
     "Verdict",
     "analyze",
     "classify_file",
+    "classify_source",
     "classify_text",
     "classify_runs",
     "classify_stored",

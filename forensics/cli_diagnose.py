@@ -84,7 +84,10 @@ def register(cli: click.Group) -> None:
         """
         from forensics import classifier
         from forensics.diagnose import classify_location
-        from forensics.errors import InputNotFound
+        from forensics.errors import InputNotFound, UsageError
+
+        def warn(message: str) -> None:
+            click.echo(f"Warning: {message}", err=True)
 
         if "-" in paths and len(paths) > 1:
             raise click.UsageError("`-` (a paste on standard input) goes alone: classify - < x.log")
@@ -98,8 +101,8 @@ def register(cli: click.Group) -> None:
                 if p == "-":
                     out += [v.as_dict() for v in _classify_stdin(model)]
                     continue
-                out += [v.as_dict() for v in classify_location(p, model)]
-            except InputNotFound as exc:
+                out += [v.as_dict() for v in classify_location(p, model, warn=warn)]
+            except (InputNotFound, UsageError) as exc:  # missing, not a file, not a log
                 if len(paths) == 1:
                     raise
                 missing.append(str(exc))

@@ -476,7 +476,7 @@ def log_location(log: str, host: str | None = None) -> tuple[Any, str]:
 
     if not is_remote(log):
         if host in (None, ""):
-            return get_host(None), str(Path(log).expanduser())
+            return get_host(None), os.path.expanduser(log)  # as given: Path drops a trailing /
         return get_host(host), log
     if host not in (None, "") and not _same_host(host, log):
         raise UsageError(
@@ -488,15 +488,13 @@ def log_location(log: str, host: str | None = None) -> tuple[Any, str]:
 
 def _absent(h: Any, path: str) -> bool:
     """True when the host answered and the file is not there; a directory is exit 2."""
-    from forensics.errors import InputNotFound, UsageError
+    from forensics.errors import FileMissing, UsageError
 
     where = path if h.name == "local" else f"{h.name}:{path}"
     try:
         st = h.stat(path)
-    except InputNotFound as exc:
-        if "no such file" in exc.message:
-            return True
-        raise  # permission denied: it may well exist
+    except FileMissing:
+        return True  # permission denied and the rest propagate: it may well exist
     if st.is_dir:
         raise UsageError(
             f"{where}: is a directory, not a log file", hint=f"--log {where.rstrip('/')}/NAME.log"
@@ -508,50 +506,43 @@ def _absent(h: Any, path: str) -> bool:
 REMOTE_LOG_MAX = 32 << 20
 
 
-def classify_remote(host: Any, path: str, model: Any = None) -> list[Any]:
-    """Classify a log on a remote ``Host`` (its last 32 MiB over SFTP) as
-    ``classifier.classify_file`` does a local one (same parse, same file age for ``hung``).
+def classify_remote(host: Any, path: str, model: Any = None, *, warn: Any = None) -> list[Any]:
+    """Classify a log on a remote ``Host`` (its last 32 MiB over SFTP; a compressed one whole,
+    as a stream) as ``classifier.classify_file`` does a local one (same log source, same parse,
+    same file age for ``hung``).
 
     The verdicts' path is ``HOST:PATH``. A file that is not there is InputNotFound naming the
     host; an unreachable host is the host's own error (exit 5).
     """
-    from forensics.errors import UsageError
-    from forensics_parsers.sglang import parse_bytes
+    from forensics.errors import NotRegularFile, UsageError
+    from forensics.logsource import open_log
 
-    st = host.stat(path)
     where = f"{host.name}:{path}"
-    if st.is_dir:
+    try:
+        src = open_log(host, path, where=where)
+    except NotRegularFile as exc:
+        if not host.is_dir(path):
+            raise
         raise UsageError(
             f"{where}: is a directory, not a log file",
             hint=f"forensics classify {shlex.quote(where + '/*.log')}",
-        )
-    start = max(0, st.size - REMOTE_LOG_MAX)
-    data = host.read(path, start, st.size - start)
-    if start:
-        data = data.split(b"\n", 1)[-1]  # drop the torn first line
-    elif data[:2] == b"\x1f\x8b":
-        import gzip
-
-        data = gzip.decompress(data)
-    frames = parse_bytes(data, where)
-    analyses = classifier.analyses_for(frames, where, mtime=st.mtime or None)
-    return [classifier.verdict(a, model) for a in analyses]
+        ) from exc
+    return classifier.classify_source(src, model, tail=REMOTE_LOG_MAX, warn=warn)
 
 
-def classify_location(text: str, model: Any = None) -> list[Any]:
+def classify_location(text: str, model: Any = None, *, warn: Any = None) -> list[Any]:
     """``forensics classify`` of one LOG: a local path, ``NAME:/path`` or
-    ``ssh://user@host[:port]/path`` (forensics.hosts: unknown NAME exit 2, unreachable 5)."""
-    from forensics.errors import InputNotFound
+    ``ssh://user@host[:port]/path`` (forensics.hosts: unknown NAME exit 2, unreachable 5).
+    ``warn(message)`` hears of a damaged compressed log (what decoded is classified)."""
+    from forensics.errors import FileMissing, InputNotFound
     from forensics.hosts import is_remote, resolve_location
 
     if not is_remote(text):
-        return classifier.classify_file(os.path.expanduser(text), model)
+        return classifier.classify_file(os.path.expanduser(text), model, warn=warn)
     host, path = resolve_location(text)
     try:
-        return classify_remote(host, path, model)
-    except InputNotFound as exc:
-        if "no such file" not in exc.message:
-            raise
+        return classify_remote(host, path, model, warn=warn)
+    except FileMissing:
         raise InputNotFound(
             f"{host.name}:{path}: no such file (asked {host.name})",
             hint=f"forensics diagnose {Path(path).stem} --log {shlex.quote(text)} to diagnose "
@@ -560,12 +551,21 @@ def classify_location(text: str, model: Any = None) -> list[Any]:
 
 
 def _diagnose_on(h: Any, path: str, name: str) -> list[dict[str, Any]]:
-    """Classify an existing log on this machine or on a remote host."""
-    if h.name == "local":
-        return _diagnose_file(path, name)
+    """Classify an existing log on this machine or on a remote host. A damaged compressed
+    log is diagnosed from what decoded; its reports carry ``warnings`` saying so."""
+    warnings: list[str] = []
     model = classifier.load_model(None)
-    where = f"{h.name}:{path}"
-    return _file_reports(classify_remote(h, path, model), where, name, host=h.name)
+    if h.name == "local":
+        reports = _file_reports(
+            classifier.classify_file(path, model, warn=warnings.append), path, name
+        )
+    else:
+        where = f"{h.name}:{path}"
+        verdicts = classify_remote(h, path, model, warn=warnings.append)
+        reports = _file_reports(verdicts, where, name, host=h.name)
+    for rep in reports if warnings else []:
+        rep["warnings"] = warnings
+    return reports
 
 
 # --------------------------------------------------------------------------------------
@@ -752,11 +752,6 @@ def _launch_report(store, la: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _diagnose_file(path: str, name: str) -> list[dict[str, Any]]:
-    model = classifier.load_model(None)
-    return _file_reports(classifier.classify_file(path, model), path, name)
-
-
 def _file_reports(
     verdicts: list[Any], path: str, name: str, *, host: str | None = None
 ) -> list[dict[str, Any]]:
@@ -846,6 +841,8 @@ def render_text(rep: dict[str, Any]) -> str:
         if host not in (None, "", "local") and not shown.startswith(f"{host}:"):
             shown = f"{host}:{shown}"
         out.append(f"  log: {shown}")
+    for w in rep.get("warnings") or []:
+        out.append(f"  warning: {w}")
     out.append(f"  why: {rep['explanation']}")
     if rep.get("evidence"):
         out.append("  evidence:")

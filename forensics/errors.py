@@ -53,6 +53,26 @@ class InputNotFound(ForensicsError):
     exit_code = EXIT_NOT_FOUND
 
 
+class FileMissing(InputNotFound):
+    """The path names nothing (ENOENT), locally or on a remote host."""
+
+
+class PermissionDenied(InputNotFound):
+    """The path exists but may not be read (EACCES, EPERM)."""
+
+
+class NotRegularFile(UsageError):
+    """A FIFO, socket, device or directory given where a log file was expected."""
+
+
+class BadPath(UsageError):
+    """The path cannot name a file: a symlink loop, a name over NAME_MAX, ``file.log/``."""
+
+
+class NotALog(UsageError):
+    """A regular file that holds no log text: an archive, an executable, binary data."""
+
+
 class RunNotFound(ForensicsError):
     exit_code = EXIT_NOT_FOUND
 
@@ -99,3 +119,24 @@ class LaunchFailed(ForensicsError):
 
 class ConfigError(ForensicsError):
     exit_code = EXIT_USAGE
+
+
+class StreamDamaged(PartialFailure):
+    """A compressed log cut short or damaged: what decoded before the damage was kept.
+
+    ``truncated`` tells a stream that simply ends early from one with bad bytes inside.
+    Never an EOFError: click reads that as Ctrl-D and prints "Interrupted." (exit 130).
+    """
+
+    def __init__(self, message: str, *, truncated: bool, kept: int, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.truncated = truncated
+        self.kept = kept  # bytes of text decoded before the damage
+        if not kept:
+            self.exit_code = EXIT_NOT_FOUND  # nothing could be read: unreadable, not partial
+
+
+class BodyTooLarge(ForensicsError):
+    """A network answer (HTTP body, SSE event) past its byte cap."""
+
+    exit_code = EXIT_INTERNAL

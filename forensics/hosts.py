@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fnmatch
 import getpass
 import os
@@ -59,12 +60,16 @@ from typing import TYPE_CHECKING, Any
 
 from forensics.errors import (
     AuthFailed,
+    BadPath,
     ConfigError,
     DeadlineExceeded,
+    FileMissing,
     HostKeyError,
     HostUnreachable,
     InputNotFound,
+    NotRegularFile,
     PartialFailure,
+    PermissionDenied,
     RemoteError,
     UsageError,
 )
@@ -115,13 +120,71 @@ class CmdResult:
 
 @dataclasses.dataclass
 class FileStat:
-    """``inode`` is None over SFTP (the protocol does not carry it)."""
+    """``inode`` is None over SFTP (the protocol does not carry it); ``kind`` is a FILE_KINDS
+    name (``file``, ``dir``, ``fifo``, ...)."""
 
     path: str
     size: int
     mtime: float
     inode: int | None = None
     is_dir: bool = False
+    kind: str = "file"
+
+
+# What a stat mode is: (name, test, how a message says it). Only "file" is a log; "dir" is
+# accepted where a folder is (ingest), the rest are refused before they are opened (a FIFO
+# would block the read forever, a device stream without end).
+FILE_KINDS: tuple[tuple[str, Callable[[int], bool], str], ...] = (
+    ("file", _stat.S_ISREG, "a regular file"),
+    ("dir", _stat.S_ISDIR, "a directory"),
+    ("fifo", _stat.S_ISFIFO, "a FIFO (named pipe)"),
+    ("socket", _stat.S_ISSOCK, "a socket"),
+    ("chardev", _stat.S_ISCHR, "a character device"),
+    ("blockdev", _stat.S_ISBLK, "a block device"),
+    ("symlink", _stat.S_ISLNK, "a symbolic link"),
+)
+KIND_TEXT = {name: text for name, _, text in FILE_KINDS}
+
+
+def file_kind(mode: int) -> str:
+    return next((name for name, test, _ in FILE_KINDS if test(mode)), "other")
+
+
+def require_regular(st: FileStat, where: str) -> None:
+    """NotRegularFile (exit 2) unless ``st`` is a regular file."""
+    if st.kind == "file":
+        return
+    what = KIND_TEXT.get(st.kind, "not a regular file")
+    raise NotRegularFile(
+        f"{where}: is {what}, not a regular file" if st.kind != "other" else f"{where}: {what}",
+        hint="give the log file itself (copy a stream to a file first: cat PIPE > x.log)"
+        if st.kind != "dir"
+        else f"name the logs inside it, e.g. {where.rstrip('/')}/*.log",
+    )
+
+
+# errno of a failed stat/open -> (exception, cause, fix). One table for this machine and SFTP.
+PATH_ERRORS: dict[int, tuple[type[InputNotFound] | type[UsageError], str, str]] = {
+    errno.ENOENT: (FileMissing, "no such file", "check the path"),
+    errno.EACCES: (PermissionDenied, "permission denied", "check its mode and owner"),
+    errno.EPERM: (PermissionDenied, "permission denied", "check its mode and owner"),
+    errno.ELOOP: (BadPath, "symbolic link loop", "fix the link: ls -l shows where it points"),
+    errno.ENAMETOOLONG: (BadPath, "name too long", "a path component is over NAME_MAX (255)"),
+    errno.ENOTDIR: (
+        BadPath,
+        "a component of the path is a file, not a directory",
+        "drop the trailing / or fix the folder part",
+    ),
+}
+
+
+def path_error(where: str, exc: OSError) -> Exception:
+    """The typed error for an OSError of stat/open on ``where`` (or ``exc`` itself)."""
+    row = PATH_ERRORS.get(exc.errno or 0)
+    if row is None:
+        return exc
+    cls, cause, fix = row
+    return cls(f"{where}: {cause}", hint=fix)
 
 
 class ReadIncomplete(PartialFailure):
@@ -374,7 +437,7 @@ class Host:
     def is_dir(self, path: str) -> bool:
         try:
             return self.stat(path).is_dir
-        except InputNotFound:
+        except (InputNotFound, BadPath):
             return False
 
     def makedirs(self, path: str) -> None:
@@ -644,25 +707,26 @@ class LocalHost(Host):
         p = os.path.expanduser(path)
         try:
             st = os.stat(p)
-        except FileNotFoundError:
-            raise InputNotFound(f"{path}: no such file", hint="check the path") from None
-        except PermissionError:
-            raise InputNotFound(f"{path}: permission denied", hint="check its mode") from None
-        return FileStat(path, st.st_size, st.st_mtime, st.st_ino, _stat.S_ISDIR(st.st_mode))
+        except OSError as exc:
+            raise path_error(path, exc) from None
+        return _file_stat(path, st)
 
     def iter_chunks(
         self, path: str, offset: int = 0, chunk: int = CHUNK, limit: int | None = None
     ) -> Iterator[bytes]:
         p = os.path.expanduser(path)
         try:
-            f = open(p, "rb", buffering=0)  # noqa: SIM115 - closed below; unbuffered: S08
-        except FileNotFoundError:
-            raise InputNotFound(f"{path}: no such file", hint="check the path") from None
-        except PermissionError:
-            raise InputNotFound(f"{path}: permission denied", hint="check its mode") from None
+            # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses
+            # it (and sockets, devices) before a read could block or never end
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise path_error(path, exc) from None
+        f = os.fdopen(fd, "rb", buffering=0)  # unbuffered: S08
         with f:
-            size = os.fstat(f.fileno()).st_size
-            yield from _read_upto(path, f.read, f.seek, offset, size, chunk, limit)
+            st = os.fstat(fd)
+            require_regular(_file_stat(path, st), path)
+            os.set_blocking(fd, True)
+            yield from _read_upto(path, f.read, f.seek, offset, st.st_size, chunk, limit)
 
     def write(self, path: str, data: bytes, mode: int = 0o600) -> None:
         p = os.path.expanduser(path)
@@ -680,6 +744,11 @@ class LocalHost(Host):
 
     def makedirs(self, path: str) -> None:
         os.makedirs(os.path.expanduser(path), exist_ok=True)
+
+
+def _file_stat(path: str, st: os.stat_result) -> FileStat:
+    kind = file_kind(st.st_mode)
+    return FileStat(path, st.st_size, st.st_mtime, st.st_ino, kind == "dir", kind)
 
 
 def _drain(pipe: Any, sink: _Capped) -> None:
@@ -1427,24 +1496,16 @@ class SSHHost(Host):
     def _sftp_call(self, what: str, path: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except FileNotFoundError:
-            raise InputNotFound(
-                f"{self.name}:{path}: no such file", hint="check the path"
-            ) from None
-        except PermissionError:
-            raise InputNotFound(
-                f"{self.name}:{path}: permission denied", hint="check its mode and owner"
-            ) from None
+        except (FileNotFoundError, PermissionError) as exc:
+            raise path_error(f"{self.name}:{path}", exc) from None
         except TimeoutError:
             raise DeadlineExceeded(
                 f"{self.name}:{path}: SFTP {what} did not answer within {self.op_timeout:g} s",
                 hint="the server or link is stalled; re-run later",
             ) from None
         except OSError as exc:
-            if getattr(exc, "errno", None) == 2 or "No such file" in str(exc):
-                raise InputNotFound(
-                    f"{self.name}:{path}: no such file", hint="check the path"
-                ) from None
+            if exc.errno in PATH_ERRORS:
+                raise path_error(f"{self.name}:{path}", exc) from None
             raise RemoteError(
                 f"{self.name}:{path}: SFTP {what} failed: {exc}", hint="re-run"
             ) from None
@@ -1502,9 +1563,9 @@ class SSHHost(Host):
         sftp = self.sftp()
         p = self._sftp_path(path)
         st = self._sftp_call("stat", path, lambda: sftp.stat(p))
-        return FileStat(
-            path, st.st_size or 0, float(st.st_mtime or 0), None, _stat.S_ISDIR(st.st_mode or 0)
-        )
+        # an SFTP server that sends no permissions is taken to mean a regular file
+        kind = file_kind(st.st_mode) if st.st_mode else "file"
+        return FileStat(path, st.st_size or 0, float(st.st_mtime or 0), None, kind == "dir", kind)
 
     def iter_chunks(
         self, path: str, offset: int = 0, chunk: int = CHUNK, limit: int | None = None

@@ -15,30 +15,38 @@ transaction per file: a crash or Ctrl-C leaves each file either fully ingested o
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import posixpath
 import time
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import EXIT_PARTIAL, ForensicsError, InputNotFound, UsageError
+from forensics.errors import (
+    EXIT_PARTIAL,
+    BadPath,
+    FileMissing,
+    ForensicsError,
+    InputNotFound,
+    NotALog,
+    NotRegularFile,
+    PermissionDenied,
+    StreamDamaged,
+    UsageError,
+)
+from forensics.logsource import HEAD_BYTES, open_log
 from forensics.store import Store
 
 if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
     from forensics.bench_results import RunIndex
     from forensics_parsers.sglang import Frames
 
-READ_CHUNK = 4 << 20
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
-HEAD_BYTES = 4096
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
 # are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
-DIR_PATTERNS = ("*.log", "*.log.gz", "*.out", "*.err")
+DIR_PATTERNS = ("*.log", "*.log.gz", "*.log.zst", "*.log.xz", "*.log.bz2", "*.out", "*.err")
 DIR_SKIP = ("evidence",)  # folders never descended into: $FORENSICS_HOME/evidence/LAUNCH/...
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
 CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
@@ -67,6 +75,7 @@ class IngestSummary:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     interrupted: bool = False
+    refused: list[ForensicsError] = field(default_factory=list)  # the log source's refusals
 
     def as_dict(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
@@ -155,7 +164,9 @@ def expand_inputs(
                 del exc
                 continue
         else:
-            if not host.exists(path):
+            try:
+                host.stat(path)
+            except FileMissing:
                 missing.append(
                     InputNotFound(
                         f"{text}: no such file",
@@ -163,6 +174,9 @@ def expand_inputs(
                         f"try: forensics diagnose {PurePosixPath(path).stem} --relaunch",
                     )
                 )
+                continue
+            except (PermissionDenied, BadPath) as exc:
+                missing.append(exc)
                 continue
             candidates = [path]
         for cand in candidates:
@@ -260,42 +274,6 @@ class _Buffer:
                 self.rows[t] = 0
 
 
-def _decoded_chunks(host: Any, path: str, offset: int, head: bytes) -> Iterator[bytes]:
-    """File bytes from ``offset`` as UTF-8: gzip is inflated (P12), UTF-16 re-encoded (P26)."""
-    if head[:2] == b"\x1f\x8b":
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        for chunk in host.iter_chunks(path, 0):
-            yield d.decompress(chunk)
-        if not d.eof:
-            raise gzip.BadGzipFile("compressed stream ends early")
-        return
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        enc = "utf-16"
-        data = host.read(path)
-        yield data.decode(enc, errors="replace").encode("utf-8")
-        return
-    first = offset == 0
-    for chunk in host.iter_chunks(path, offset, READ_CHUNK):
-        if first and chunk.startswith(b"\xef\xbb\xbf"):
-            chunk = chunk[3:]
-        first = False
-        yield chunk
-
-
-def _looks_binary(head: bytes) -> bool:
-    if not head or head[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
-        return False
-    if head[:4] == b"\x28\xb5\x2f\xfd" or head[:4] == b"PK\x03\x04" or head[:4] == b"\x7fELF":
-        return True
-    sample = head[:HEAD_BYTES]
-    nul = sample.count(b"\x00")
-    # a NUL-padded tail is handled by the parser (P10); a NUL-heavy head is a binary file
-    if nul > len(sample) * 0.3 and sample.strip(b"\x00"):
-        return True
-    ctrl = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
-    return ctrl > len(sample) * 0.1
-
-
 def ingest(
     store: Store,
     inputs: list[str],
@@ -373,13 +351,12 @@ def ingest(
     summary.seconds = time.monotonic() - t0
     if results_error is not None and all(f.status == "failed" for f in summary.files):
         raise results_error  # nothing was ingested: the one-line error, not a summary
-    unreadable = [f for f in summary.files if f.reason in ("permission", "vanished")]
-    if unreadable and len(unreadable) == len(summary.files):
-        # P19: nothing could be read at all -> not found (exit 3), like a missing path
-        f = unreadable[0]
-        cause = "permission denied" if f.reason == "permission" else "vanished while being read"
-        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
-        raise InputNotFound(f"{f.path}: {cause}{more}", hint="check its mode, e.g. chmod a+r")
+    if summary.refused and len(summary.refused) == len(summary.files) and not summary.interrupted:
+        # P19: nothing could be read at all -> that file's own error (missing or unreadable
+        # exit 3; not a regular file, a bad path or not a log exit 2), as for a single input
+        first = summary.refused[0]
+        more = f" (and {len(summary.refused) - 1} more)" if len(summary.refused) > 1 else ""
+        raise type(first)(first.message + more, hint=first.hint)
     return summary
 
 
@@ -388,12 +365,30 @@ SKIP_REASONS = {
     "vanished": "vanished before it could be read",
     "permission": "permission denied (skipped)",
     "unreadable": "unreadable ({detail}), skipped",
-    "binary": "binary file, not a log (skipped)",
+    "binary": "{detail} (skipped)",
+    "not-regular": "{detail} (skipped)",
+    "bad-path": "{detail} (skipped)",
+}
+# The log source's refusals (forensics.logsource.open_log) -> the skip reason.
+SKIP_FOR: dict[type, str] = {
+    FileMissing: "vanished",
+    PermissionDenied: "permission",
+    NotRegularFile: "not-regular",
+    BadPath: "bad-path",
+    NotALog: "binary",
 }
 
 
-def _skip(out: FileOutcome, summary: IngestSummary, reason: str, detail: str = "") -> FileOutcome:
+def _skip(
+    out: FileOutcome,
+    summary: IngestSummary,
+    reason: str,
+    detail: str = "",
+    error: ForensicsError | None = None,
+) -> FileOutcome:
     out.status, out.reason = "skipped", reason
+    if error is not None:
+        summary.refused.append(error)
     summary.warnings.append(f"{out.path}: " + SKIP_REASONS[reason].format(detail=detail))
     return out
 
@@ -445,20 +440,14 @@ def _ingest_one(
     sid = source_id(hname, path)
     out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
     try:
-        st = host.stat(path)
-        head = host.read(path, 0, HEAD_BYTES) if st.size else b""
-    except InputNotFound as exc:  # LocalHost/SSHHost report EACCES and ENOENT this way
-        return _skip(
-            out, summary, "permission" if "permission denied" in exc.message else "vanished"
-        )
-    except PermissionError:
-        return _skip(out, summary, "permission")
+        src = open_log(host, path, where=path)
+    except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
+        return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
         return _skip(out, summary, "unreadable", exc.strerror or str(exc))
-    if _looks_binary(head):
-        return _skip(out, summary, "binary")
+    st, head = src.stat, src.head
     head_hash = hashlib.sha1(head[: min(len(head), HEAD_BYTES)]).hexdigest()
-    compressed = head[:2] == b"\x1f\x8b" or head[:2] in (b"\xff\xfe", b"\xfe\xff")
+    compressed = src.transformed
 
     with store.transaction(lock_timeout) as tx:
         prev = tx.man.sources.get(sid)
@@ -519,7 +508,7 @@ def _ingest_one(
         with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
             pending: Future | None = None
             try:
-                for chunk in _decoded_chunks(host, path, offset, head):
+                for chunk in src.chunks(offset):
                     consumed += len(chunk)
                     frames, prepared = parser.feed_split(chunk)
                     _account(summary, out, frames)
@@ -533,13 +522,11 @@ def _ingest_one(
             except ReadIncomplete as exc:
                 summary.warnings.append(f"{path}: {exc.message}; kept what was read")
                 out.reason = "incomplete"
-            except (gzip.BadGzipFile, zlib.error, EOFError) as exc:
+            except StreamDamaged as exc:
                 summary.stats["compressed_truncated"] = (
                     summary.stats.get("compressed_truncated", 0) + 1
                 )
-                summary.warnings.append(
-                    f"{path}: compressed stream is truncated ({exc}); kept what was decoded"
-                )
+                summary.warnings.append(exc.message)
             if pending is not None:
                 pending.result()
         buf.flush()

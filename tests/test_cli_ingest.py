@@ -233,7 +233,7 @@ def test_binary_empty_and_gzip_files_P01_P12(capsys, tmp_path):
     assert status["binary.log"] == ("skipped", "binary")
     assert status["empty.log"] == ("new", "")
     assert data["files_skipped"] == {"binary": 1}
-    assert f"{d}/binary.log: binary file, not a log (skipped)" in data["warnings"]
+    assert f"{d}/binary.log: an ELF executable, not a log (skipped)" in data["warnings"]
     assert f"{d}/empty.log: empty file (0 bytes)" in data["warnings"]
     code, out, _ = run(capsys, "runs", "--json")
     by = {r["name"]: r for r in json.loads(out)}

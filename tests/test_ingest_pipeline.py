@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-import forensics.ingest as ingest_mod
+import forensics.logsource as logsource
 import forensics_parsers.sglang as S
 from forensics.ingest import ingest, source_id
 from forensics.store import Store
@@ -97,7 +97,7 @@ def test_pipelined_ingest_equals_one_sequential_pass(tmp_path, monkeypatch, chun
     same order, as parse of the whole file; the same resume state; no worker thread left."""
     path = _log(tmp_path, tail=b"[2026-06-07 10:00:00 TP0] Decode batch, #running-req: 3")
     assert path.stat().st_size > 8 * chunk
-    monkeypatch.setattr(ingest_mod, "READ_CHUNK", chunk)
+    monkeypatch.setattr(logsource, "READ_CHUNK", chunk)
     store = Store(tmp_path / "st")
     summary = ingest(store, [str(path)])
     assert summary.files[0].status == "new"
@@ -132,7 +132,7 @@ def test_pipelined_ingest_equals_one_sequential_pass(tmp_path, monkeypatch, chun
 def test_interrupt_in_the_reading_thread_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     """Ctrl-C while the parser reads chunk 3 (the worker busy with chunk 2): nothing stored."""
     path = _log(tmp_path)
-    monkeypatch.setattr(ingest_mod, "READ_CHUNK", 8192)
+    monkeypatch.setattr(logsource, "READ_CHUNK", 8192)
     real = S.LogParser.feed_split
     calls = {"n": 0}
 
@@ -156,7 +156,7 @@ def test_interrupt_in_the_worker_propagates_and_stores_nothing(tmp_path, monkeyp
     """An exception in the worker (here an interrupt) reaches the caller; the file's
     transaction is aborted; a later ingest stores it in full."""
     path = _log(tmp_path)
-    monkeypatch.setattr(ingest_mod, "READ_CHUNK", 8192)
+    monkeypatch.setattr(logsource, "READ_CHUNK", 8192)
     real = S.extract_batch
     calls = {"n": 0}
 

@@ -1,0 +1,408 @@
+"""One log source: open, detect the format, decompress, decode, tail; local or remote.
+
+ingest, classify and ``diagnose --log`` read log bytes only through :func:`open_log`, over the
+``Host`` interface (``LocalHost`` or ``SSHHost``'s SFTP), so a file reads the same whoever asks:
+
+* **What the path is.** It must name a regular file: a FIFO, socket or device is refused from
+  its stat, before anything opens it (``NotRegularFile``, exit 2; a FIFO would block the open
+  or the read forever, ``/dev/zero`` stream without end), and ``LocalHost`` checks the opened
+  descriptor again. A missing file is ``FileMissing``, an unreadable one ``PermissionDenied``
+  (exit 3); a symlink loop, a name over NAME_MAX or ``file.log/`` is ``BadPath`` (exit 2).
+* **What the bytes are.** ``FORMATS``, one table keyed by magic bytes: gzip, zstd, xz and bzip2
+  are decompressed as a stream (memory bounded whatever the ratio); archives, executables,
+  parquet and other binary formats are refused as what they are (``NotALog``, exit 2), and so
+  is a file without magic whose head is mostly control bytes ("binary data"), never parsed
+  into a run that looks hung before exec.
+* **How the text is encoded.** ``ENCODINGS``, by byte-order mark: UTF-8 with BOM, UTF-16 and
+  UTF-32 (LE/BE) are re-encoded to UTF-8 as a stream by one incremental decoder (bad bytes
+  replaced); anything else is taken as UTF-8 and the parser replaces what does not decode.
+* **Damage.** A compressed stream cut short or damaged yields every byte that decoded, then
+  raises ``StreamDamaged`` (``truncated`` says which); callers keep what they read and warn.
+  Never ``EOFError``, which click takes for Ctrl-D ("Interrupted.", exit 130).
+* **Tail.** ``chunks(tail=N)`` reads only the last N bytes of a plain file, from the first
+  line that starts inside them (remote classify reads the end of a log, where launches fail).
+
+Nothing is read whole: every chunk yielded is at most ``READ_CHUNK`` bytes of UTF-8.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import io
+import lzma
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.errors import NotALog, StreamDamaged
+
+READ_CHUNK = 4 << 20  # bytes of UTF-8 per chunk yielded (ingest's parse unit)
+RAW_CHUNK = 1 << 20  # bytes asked of the host per read when a decompressor consumes them
+DECOMP_READ = 256 << 10  # bytes of text asked of a decompressor per call
+HEAD_BYTES = 4096  # the sample that decides the format, the encoding and "binary"
+
+
+class _Inflater:
+    """A format's decompressor objects driven as a stream with ``read1``.
+
+    Input goes in ``Format.feed``-byte pieces, so what one damaged call loses, and what one
+    call can expand to (a stream built to expand), stay small. Members / frames follow one
+    another (``cat a.gz b.gz``); NUL padding after the last is ignored. A stream whose raw
+    bytes end inside a member raises EOFError (truncated); bad bytes raise the format's error.
+    """
+
+    def __init__(self, f: Any, fmt: Format):
+        assert fmt.decompressor is not None
+        self._f = f
+        self._fmt = fmt
+        self._obj = fmt.decompressor()
+        self._fed = False  # bytes went into the member being decoded
+        self._out = bytearray()
+        self._error: BaseException | None = None
+
+    def read1(self, n: int) -> bytes:
+        """Up to ``n`` bytes; b"" at the end. On damage, the bytes decoded before it come
+        first and the error is raised by the next call."""
+        if self._error is not None and not self._out:
+            raise self._error
+        try:
+            while len(self._out) < n and self._error is None:
+                data = self._f.read(self._fmt.feed)
+                if not data:
+                    if self._fed and not self._obj.eof:
+                        raise EOFError(f"{self._fmt.name} stream ends inside a member")
+                    break
+                self._decode(data)
+        except (EOFError, *self._fmt.errors()) as exc:
+            self._error = exc
+            if not self._out:
+                raise
+        out = bytes(self._out[:n])
+        del self._out[:n]
+        return out
+
+    def _decode(self, data: bytes) -> None:
+        while data:
+            self._fed = True
+            self._out += self._obj.decompress(data)
+            data = b""
+            if self._obj.eof:
+                data = self._obj.unused_data
+                if not data.strip(b"\x00"):
+                    data = b""  # NUL padding after the last member
+                self._obj = self._fmt.decompressor()
+                self._fed = False
+
+    def close(self) -> None:
+        pass
+
+
+def _zstd() -> Any:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+def _zstd_errors() -> tuple[type[BaseException], ...]:
+    import zstandard
+
+    return (zstandard.ZstdError,)
+
+
+@dataclass(frozen=True)
+class Format:
+    """A kind of file told by its first bytes.
+
+    ``decompressor`` makes a new decompressor object (``decompress``, ``eof``,
+    ``unused_data``); None: not a log, refused. ``feed``: input bytes per call (a zstd RLE
+    block expands 4 bytes to 128 KiB: it gets small ones). ``errors``: what the object raises
+    on bad bytes.
+    """
+
+    name: str
+    magic: bytes
+    what: str
+    decompressor: Callable[[], Any] | None = None
+    errors: Callable[[], tuple[type[BaseException], ...]] = lambda: ()
+    feed: int = 1 << 10
+
+
+FORMATS: tuple[Format, ...] = (
+    Format(
+        "gzip",
+        b"\x1f\x8b",
+        "gzip-compressed",
+        lambda: zlib.decompressobj(16 + zlib.MAX_WBITS),
+        lambda: (zlib.error,),
+    ),
+    Format("zstd", b"\x28\xb5\x2f\xfd", "zstd-compressed", _zstd, _zstd_errors, feed=256),
+    Format(
+        "xz", b"\xfd7zXZ\x00", "xz-compressed", lzma.LZMADecompressor, lambda: (lzma.LZMAError,)
+    ),
+    Format("bzip2", b"BZh", "bzip2-compressed", bz2.BZ2Decompressor, lambda: (OSError, ValueError)),
+    Format("lz4", b"\x04\x22\x4d\x18", "lz4-compressed data (not read: decompress it with lz4 -d)"),
+    Format("zip", b"PK\x03\x04", "a zip archive"),
+    Format("7z", b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
+    Format("tar", b"ustar", "a tar archive"),  # magic at offset 257, see _format_of
+    Format("elf", b"\x7fELF", "an ELF executable"),
+    Format("parquet", b"PAR1", "a parquet file (a forensics store part?)"),
+    Format("sqlite", b"SQLite format 3\x00", "an SQLite database"),
+    Format("png", b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    Format("jpeg", b"\xff\xd8\xff", "a JPEG image"),
+    Format("pdf", b"%PDF-", "a PDF document"),
+)
+TAR_MAGIC_AT = 257
+
+# Byte-order marks, longest first (the UTF-32 LE mark begins with the UTF-16 LE one).
+ENCODINGS: tuple[tuple[bytes, str], ...] = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def _format_of(head: bytes) -> Format | None:
+    for f in FORMATS:
+        at = TAR_MAGIC_AT if f.name == "tar" else 0
+        if head[at : at + len(f.magic)] == f.magic:
+            return f
+    return None
+
+
+def _encoding_of(head: bytes) -> tuple[str, int]:
+    """(codec, BOM length) of text that starts with ``head``; plain UTF-8 has no BOM."""
+    for bom, enc in ENCODINGS:
+        if head.startswith(bom):
+            return enc, len(bom)
+    return "utf-8", 0
+
+
+def looks_binary(head: bytes) -> bool:
+    """True for a head that is not text: NUL-heavy (not just NUL padding) or control bytes."""
+    if not head:
+        return False
+    sample = head[:HEAD_BYTES]
+    nul = sample.count(b"\x00")
+    # a NUL-padded tail is handled by the parser (P10); a NUL-heavy head is a binary file
+    if nul > len(sample) * 0.3 and sample.strip(b"\x00"):
+        return True
+    ctrl = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    return ctrl > len(sample) * 0.1
+
+
+class _RawStream(io.RawIOBase):
+    """A read-only stream over a host's chunks (what the decompressors read from)."""
+
+    def __init__(self, chunks: Iterator[bytes]):
+        self._chunks = chunks
+        self._buf = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            nxt = next(self._chunks, None)
+            if nxt is None:
+                return 0
+            self._buf = memoryview(nxt)
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        super().close()
+
+
+@dataclass
+class LogSource:
+    """An opened log: where it is, its stat, and what its bytes are (see the module doc)."""
+
+    host: Any
+    path: str
+    where: str  # the path as messages show it (``HOST:PATH`` when remote)
+    stat: Any  # forensics.hosts.FileStat
+    head: bytes
+    format: Format | None  # None: plain text
+    encoding: str  # of the (decompressed) text
+    bom: int  # its BOM's length (dropped)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def transformed(self) -> bool:
+        """True when the bytes parsed are not the file's bytes (decompressed or re-encoded):
+        such a file is re-read whole when it changes, never from an offset."""
+        return self.format is not None or self.encoding != "utf-8"
+
+    def describe(self) -> str:
+        parts = [self.format.what] if self.format else []
+        if self.encoding != "utf-8":
+            parts.append(self.encoding.upper().replace("-LE", " LE").replace("-BE", " BE"))
+        return ", ".join(parts) or "text"
+
+    # -- reading ------------------------------------------------------------------------
+    def chunks(self, offset: int = 0, *, tail: int | None = None) -> Iterator[bytes]:
+        """UTF-8 chunks of the log from ``offset`` (a byte offset of a plain UTF-8 file;
+        0 otherwise), or of its last ``tail`` bytes. Raises StreamDamaged after the last
+        chunk that decoded."""
+        if self.transformed and offset:
+            raise ValueError("an offset into a decompressed or re-encoded log")
+        if self.format is None:
+            yield from self._plain(offset, tail)
+            return
+        yield from self._decompressed()
+
+    def _plain(self, offset: int, tail: int | None) -> Iterator[bytes]:
+        start = offset
+        torn = False
+        if tail is not None and self.stat.size - offset > tail:
+            start, torn = self.stat.size - tail, True
+        if self.encoding != "utf-8":
+            width = 4 if "32" in self.encoding else 2  # start on a code unit
+            start = self.bom + max(0, start - self.bom) // width * width
+            yield from self._recoded(self.host.iter_chunks(self.path, start, READ_CHUNK), torn)
+            return
+        first = True
+        for chunk in self.host.iter_chunks(self.path, start, READ_CHUNK):
+            if first:
+                if torn:
+                    chunk = chunk.split(b"\n", 1)[1] if b"\n" in chunk else b""
+                elif start == 0 and self.bom:
+                    chunk = chunk[self.bom :]
+                first = False
+            if chunk:
+                yield chunk
+
+    def _recoded(self, raw: Iterator[bytes], torn: bool) -> Iterator[bytes]:
+        dec = codecs.getincrementaldecoder(self.encoding)(errors="replace")
+        first = True
+        for chunk in raw:
+            text = dec.decode(chunk)
+            if first and torn:
+                if "\n" not in text:
+                    continue
+                text = text.split("\n", 1)[1]
+            first = False
+            if text:
+                yield text.encode("utf-8", errors="surrogatepass")
+        text = dec.decode(b"", final=True)
+        if text:
+            yield text.encode("utf-8", errors="surrogatepass")
+
+    def _decompressed(self) -> Iterator[bytes]:
+        fmt = self.format
+        assert fmt is not None
+        raw = _RawStream(self.host.iter_chunks(self.path, 0, RAW_CHUNK))
+        reader = _Inflater(raw, fmt)
+        damage = (EOFError, *fmt.errors())
+        out = io.BytesIO()
+        skip = self.bom
+        dec = (
+            codecs.getincrementaldecoder(self.encoding)(errors="replace")
+            if self.encoding != "utf-8"
+            else None
+        )
+        error: StreamDamaged | None = None
+        total = 0
+        try:
+            while True:
+                try:
+                    data = reader.read1(DECOMP_READ)
+                except damage as exc:
+                    error = _damaged(self.where, fmt, exc, total + out.tell())
+                    break
+                if not data:
+                    break
+                if skip:
+                    data, skip = data[skip:], max(0, skip - len(data))
+                if dec is not None:
+                    data = dec.decode(data).encode("utf-8", errors="surrogatepass")
+                out.write(data)
+                if out.tell() >= READ_CHUNK:
+                    total += out.tell()
+                    yield out.getvalue()
+                    out = io.BytesIO()
+        finally:
+            reader.close()
+            raw.close()
+        if dec is not None:
+            out.write(dec.decode(b"", final=True).encode("utf-8", errors="surrogatepass"))
+        if out.tell():
+            yield out.getvalue()
+        if error is not None:
+            raise error
+
+
+def _damaged(where: str, fmt: Format, exc: BaseException, kept: int) -> StreamDamaged:
+    truncated = isinstance(exc, EOFError) or "incomplete" in str(exc).lower()
+    what = "is truncated (the stream ends early)" if truncated else f"is damaged ({exc})"
+    kept_text = (
+        f"kept the {kept:,} bytes decoded before it" if kept else "nothing decoded before it"
+    )
+    return StreamDamaged(
+        f"{where}: {fmt.name} stream {what}; {kept_text}",
+        truncated=truncated,
+        kept=kept,
+        hint="recover a complete copy of the log if one exists",
+    )
+
+
+def _text_head(host: Any, path: str, fmt: Format) -> bytes:
+    """The first HEAD_BYTES of a compressed file's content (b"" when it does not decode)."""
+    raw = _RawStream(host.iter_chunks(path, 0, 64 << 10))
+    try:
+        return _Inflater(raw, fmt).read1(HEAD_BYTES)
+    except (EOFError, *fmt.errors()):
+        return b""
+    finally:
+        raw.close()
+
+
+def open_log(host: Any, path: str, *, where: str | None = None) -> LogSource:
+    """Stat ``path`` on ``host``, refuse what is not a regular log file, detect its format.
+
+    Raises FileMissing / PermissionDenied (exit 3), NotRegularFile / BadPath / NotALog (exit 2),
+    or the host's own errors (unreachable, deadline).
+    """
+    from forensics.hosts import require_regular
+
+    where = where or (path if host.name == "local" else f"{host.name}:{path}")
+    st = host.stat(path)
+    require_regular(st, where)
+    head = host.read(path, 0, HEAD_BYTES) if st.size else b""
+    fmt = _format_of(head)
+    if fmt is not None and fmt.decompressor is None:
+        raise NotALog(
+            f"{where}: {fmt.what}, not a log",
+            hint="extract the server's text log from it and give that",
+        )
+    text = _text_head(host, path, fmt) if fmt is not None else head
+    encoding, bom = _encoding_of(text)
+    if encoding == "utf-8" and looks_binary(text):
+        inner = f"{fmt.what} " if fmt is not None else ""
+        raise NotALog(
+            f"{where}: {inner}binary data, not a log (no text in its first "
+            f"{min(len(text), HEAD_BYTES)} bytes)",
+            hint="give the server's text log (stdout/stderr of sglang.launch_server)",
+        )
+    return LogSource(host, path, where, st, head, fmt, encoding, bom)
+
+
+__all__ = [
+    "ENCODINGS",
+    "FORMATS",
+    "HEAD_BYTES",
+    "READ_CHUNK",
+    "Format",
+    "LogSource",
+    "looks_binary",
+    "open_log",
+]
