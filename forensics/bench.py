@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from forensics.errors import InputNotFound, ParseError, UsageError
+from forensics.errors import BodyTooLarge, InputNotFound, ParseError, UsageError
+from forensics.urls import redact_url
 
 if TYPE_CHECKING:
     import polars as pl
@@ -62,6 +63,12 @@ BASELINE_KEY = "bench.baseline"  # older stores: one baseline for all (forensics
 HEALTH_EVERY_MIN = 0.1  # seconds between /health samples, when sampling is on
 HEALTH_TIMEOUT = 5.0  # each /health probe's deadline (bad-inputs H06: at least 5 s)
 MAX_BODY = 4096  # bytes kept of an error body (H01)
+# Every read from the server has a byte cap (issue 14, bounded memory): one SSE line or event,
+# a JSON answer (/server_info, /v1/models), and a /health or /flush_cache body.
+MAX_SSE_EVENT = 8 << 20
+MAX_JSON_BODY = 1 << 20
+MAX_SMALL_BODY = 64 << 10
+DEADLINE_GRACE_S = 1.0  # after --deadline: this long for the bookkeeping, then it is cut
 BODIES_PER_STATUS = 3
 
 
@@ -120,9 +127,10 @@ class BenchConfig:
 
     def validate(self) -> None:
         parts = urlsplit(self.url)
+        shown = redact_url(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(
-                f"{self.url}: not an http(s) URL", hint="forensics bench http://HOST:PORT"
+                f"{shown}: not an http(s) URL", hint="forensics bench http://HOST:PORT"
             )
         try:
             port = parts.port
@@ -130,7 +138,7 @@ class BenchConfig:
             port = -1
         if port is not None and not 0 < port < 65536:
             raise UsageError(
-                f"{self.url}: bad port {parts.netloc.rpartition(':')[2]!r}",
+                f"{shown}: bad port {parts.netloc.rpartition(':')[2]!r}",
                 hint="use a port 1-65535: http://HOST:PORT",
             )
         for flag, value, low in BOUNDS:
@@ -353,7 +361,25 @@ def make_prompts(cfg: BenchConfig, count: int) -> list[Prompt]:
 # Server-sent events (WHATWG-style, incremental)
 # --------------------------------------------------------------------------------------
 class SSEError(Exception):
-    """The byte stream is not valid server-sent events (bad UTF-8)."""
+    """The byte stream is not valid server-sent events (bad UTF-8, a line or event over
+    MAX_SSE_EVENT bytes)."""
+
+
+async def read_capped(resp: Any, cap: int, what: str) -> bytes:
+    """A response body of at most ``cap`` bytes; BodyTooLarge past it (nothing more is read)."""
+    parts: list[bytes] = []
+    n = 0
+    while True:
+        chunk = await resp.content.read(min(65536, cap + 1 - n))
+        if not chunk:
+            return b"".join(parts)
+        n += len(chunk)
+        if n > cap:
+            raise BodyTooLarge(
+                f"{what}: the answer is over {cap:,} bytes; not read further",
+                hint="is this an SGLang server? check the URL",
+            )
+        parts.append(chunk)
 
 
 @dataclass
@@ -373,17 +399,25 @@ class SSEParser:
     (servers that forget the last blank line still said ``[DONE]``).
     """
 
-    __slots__ = ("_buf", "_data", "_event", "_id", "_bom_checked", "_skip_lf")
+    __slots__ = ("_buf", "_data", "_size", "_event", "_id", "_bom_checked", "_skip_lf")
 
     def __init__(self) -> None:
         self._buf = b""
         self._data: list[str] = []
+        self._size = 0  # characters in _data: an event that never ends is cut at MAX_SSE_EVENT
         self._event = ""
         self._id: str | None = None
         self._bom_checked = False
         self._skip_lf = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        events = self._feed(chunk)
+        if len(self._buf) > MAX_SSE_EVENT:
+            self._buf = b""
+            raise SSEError(f"an event-stream line over {MAX_SSE_EVENT >> 20} MiB without its end")
+        return events
+
+    def _feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
         if not self._bom_checked:
             if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
@@ -439,6 +473,7 @@ class SSEParser:
             if self._data:
                 events.append(SSEEvent("\n".join(self._data), self._event, self._id))
             self._data = []
+            self._size = 0
             self._event = ""
             return
         try:
@@ -451,6 +486,9 @@ class SSEParser:
         if sep and value[:1] == " ":
             value = value[1:]
         if name == "data":
+            self._size += len(value) + 1
+            if self._size > MAX_SSE_EVENT:
+                raise SSEError(f"an event over {MAX_SSE_EVENT >> 20} MiB without its blank line")
             self._data.append(value)
         elif name == "event":
             self._event = value
@@ -1004,6 +1042,7 @@ class BenchReport:
     health: dict[str, Any] = field(default_factory=dict)  # health_summary()
     health_samples: list[HealthSample] = field(default_factory=list)
     via: str | None = None  # "ssh HOST": the requests went through an SSH tunnel
+    warnings: list[str] = field(default_factory=list)  # answers past their byte cap
 
     @property
     def failure_rate(self) -> float:
@@ -1041,6 +1080,8 @@ class BenchReport:
         }
         out.update(self.summary)
         out["health"] = {**self.health, "samples": [asdict(h) for h in self.health_samples]}
+        if self.warnings:
+            out["warnings"] = self.warnings
         return out
 
 
@@ -1048,7 +1089,9 @@ class _Runner:
     def __init__(self, cfg: BenchConfig, progress: Callable[[Progress], None] | None):
         self.cfg = cfg
         self.base = cfg.url.rstrip("/")
+        self.shown = redact_url(self.base)  # what messages say (no password)
         self.url = self.base + ENDPOINTS[cfg.api]
+        self.warnings: list[str] = []
         self.on_progress = progress
         self.prog = Progress(total=cfg.effective_num_prompts())
         self.results: list[RequestResult] = []
@@ -1073,7 +1116,10 @@ class _Runner:
                 async with session.get(self.base + path) as r:
                     if r.status != 200:
                         return None
-                    return json.loads(await r.read())
+                    return json.loads(await read_capped(r, MAX_JSON_BODY, self.shown + path))
+        except BodyTooLarge as exc:
+            self.warnings.append(str(exc))
+            return None
         except (aiohttp.ClientError, TimeoutError, ValueError, OSError):
             return None
 
@@ -1090,12 +1136,14 @@ class _Runner:
         try:
             async with asyncio.timeout(30):
                 async with session.post(self.base + "/flush_cache") as r:
-                    await r.read()
+                    await read_capped(r, MAX_SMALL_BODY, self.shown + "/flush_cache")
                     if r.status == 200:
                         return "ok"
                     if r.status in (404, 405):
                         return "unsupported"
                     return f"failed: HTTP {r.status}"
+        except BodyTooLarge:
+            return f"failed: body over {MAX_SMALL_BODY:,} bytes"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return f"failed: {type(exc).__name__}"
 
@@ -1106,8 +1154,10 @@ class _Runner:
         try:
             async with asyncio.timeout(max(5.0, self.cfg.connect_timeout)):
                 async with session.get(self.base + "/health") as r:
-                    await r.read()
+                    await read_capped(r, MAX_SMALL_BODY, self.shown + "/health")
                     return None
+        except BodyTooLarge as exc:
+            return str(exc)
         except aiohttp.ClientConnectorError as exc:
             return _conn_detail(exc)
         except TimeoutError:
@@ -1124,8 +1174,8 @@ class _Runner:
         try:
             async with asyncio.timeout(self.cfg.health_timeout):
                 async with session.get(self.base + "/health") as r:
-                    await r.read()
-                    status = r.status
+                    await read_capped(r, MAX_SMALL_BODY, self.shown + "/health")
+                    status = r.status  # an endless body is no answer: status stays None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -1220,7 +1270,7 @@ class _Runner:
         self.server_dead = True
         off = time.perf_counter() - self.t_origin
         self.death = (
-            f"{self.cfg.dead_after} requests in a row failed and {self.base}/health "
+            f"{self.cfg.dead_after} requests in a row failed and {self.shown}/health "
             f"says: {seen} (at {off:.1f}s into the benchmark)"
         )
         self.request_stop("server death")
@@ -1335,7 +1385,7 @@ class _Runner:
                     if self.health_task is not None:
                         with contextlib.suppress(Exception):
                             await self.health_task
-                    if not self.server_dead:
+                    if not self.server_dead and self.stop_reason != "deadline":
                         info_after = await self.server_info(session)
 
                 main = asyncio.create_task(body())
@@ -1343,8 +1393,10 @@ class _Runner:
                 done, _ = await asyncio.wait({main}, timeout=remaining)
                 if not done:
                     self.request_stop("deadline")
-                    # the requests are cancelled; give the bookkeeping a moment
-                    done, _ = await asyncio.wait({main}, timeout=10)
+                    # the requests are cancelled; give the bookkeeping a moment, then cut
+                    # whatever still waits (a /server_info or /flush_cache that never
+                    # answers): the deadline bounds the whole benchmark
+                    done, _ = await asyncio.wait({main}, timeout=DEADLINE_GRACE_S)
                     if not done:
                         main.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -1375,6 +1427,7 @@ class _Runner:
             warmup_failed=warmup_failed,
             health=health_summary(self.health_samples, cfg.health_every, cfg.health_timeout),
             health_samples=list(self.health_samples),
+            warnings=list(self.warnings),
         )
         info = info_after or info_before
         if info is not None:
@@ -1450,6 +1503,8 @@ def resolve_target(target: str, port: int | None = None) -> str:
 
     The port is the one in TARGET, else ``port`` (e.g. the run's), else SGLang's 30000.
     """
+    if "@" in target and "://" not in target:
+        target = "http://" + target  # user:password@host[:port]: basic auth over http
     if "://" in target:
         return target.rstrip("/")
     name, sep, p = target.rpartition(":") if target.count(":") == 1 else (target, "", "")

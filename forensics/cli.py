@@ -15,6 +15,7 @@ import click
 
 from forensics import __version__
 from forensics.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ForensicsError
+from forensics.urls import redact_url
 
 # Command-group modules, in the order their commands appear in --help.
 COMMAND_MODULES = (
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     except ForensicsError as exc:
         if debug:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(f"Error: {redact_url(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("Interrupted.", err=True)
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         click.echo(
-            f"Error: internal error: {type(exc).__name__}: {exc} "
+            f"Error: internal error: {type(exc).__name__}: {redact_url(str(exc))} "
             "(this is a bug; rerun with --debug for the traceback)",
             err=True,
         )

@@ -10,6 +10,7 @@ import click
 
 from forensics.cli_common import echo_json, fmt_cell, get_store
 from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, ForensicsError, PartialFailure
+from forensics.urls import redact_url
 
 
 def register(cli: click.Group) -> None:
@@ -124,9 +125,10 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
             url = f"http://127.0.0.1:{fw.port}"
         cfg = bench.BenchConfig(url=url, **kw)
         cfg.validate()
-        label = f"{tgt.url} (via ssh {tgt.ssh_host})" if tgt.ssh_host else None
+        shown = redact_url(tgt.url)  # a password in the URL is never shown or stored
+        label = f"{shown} (via ssh {tgt.ssh_host})" if tgt.ssh_host else shown
         rep = _run_with_progress(bench, cfg, quiet=as_json, label=label)
-    rep.config.url = tgt.url
+    rep.config.url = shown
     rep.via = f"ssh {tgt.ssh_host}" if tgt.ssh_host else None
     url = tgt.url
     if not rep.summary["completed"] and not rep.interrupted:  # a dead port: nothing to store
@@ -162,6 +164,8 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         _render(bench, rep, baseline, stored=store is not None)
         if nothing_measured:
             click.echo("not stored: no request completed", err=True)
+        for w in rep.warnings:
+            click.echo(f"Warning: {w}", err=True)
         warning = _health_warning(bench, rep)
         if warning:
             click.echo(warning, err=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from forensics.cli_common import POSITIVE, Number, echo_json
+from forensics.sim.perf import MAX_DRAFT_TOKENS, MAX_STEPS
 
 
 def register(cli: click.Group) -> None:
@@ -36,15 +37,17 @@ def register(cli: click.Group) -> None:
     @click.option("--config", "config_name", default=None, help="A seed configuration by name.")
     @click.option(
         "--steps",
-        type=Number(1, integer=True),
+        type=Number(1, MAX_STEPS, integer=True),
         default=None,
         help="speculative_num_steps (none: no speculation)",
     )
-    @click.option("--topk", type=Number(1, integer=True), default=1, show_default=True)
+    @click.option(
+        "--topk", type=Number(1, MAX_DRAFT_TOKENS, integer=True), default=1, show_default=True
+    )
     @click.option(
         "--draft-tokens",
         "ndt",
-        type=Number(1, integer=True),
+        type=Number(1, MAX_DRAFT_TOKENS, integer=True),
         default=None,
         help="default: steps+1 for topk 1, else 8",
     )

@@ -756,6 +756,9 @@ def _probe(host: Host) -> dict[str, Any]:
     }
 
 
+HTTP_BODY_MAX = 64 << 10  # the most of a /health or probe answer read (curl discards it)
+
+
 def _http(
     host: Host, url: str, tools: set[str], *, timeout: float, body: bytes | None = None
 ) -> int | None:
@@ -773,7 +776,8 @@ def _http(
             req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
-                resp.read()
+                if len(resp.read(HTTP_BODY_MAX + 1)) > HTTP_BODY_MAX:
+                    return None  # an answer without end is no answer (bounded memory)
                 return resp.status
         except urllib.error.HTTPError as exc:
             return exc.code

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.sim.logstyle import DEFAULT_STYLE, STYLES, Style
+from forensics.sim.perf import MAX_DRAFT_TOKENS, MAX_STEPS
 
 FAIL_MODES = (
     "load-oom",
@@ -250,9 +251,9 @@ RANGES = (
     ("port", "--port", 1, 65535, False),
     ("tp_size", "--tp-size", 1, None, False),
     ("dp_size", "--dp-size", 1, None, False),
-    ("speculative_num_steps", "--speculative-num-steps", 1, None, False),
-    ("speculative_eagle_topk", "--speculative-eagle-topk", 1, None, False),
-    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1, None, False),
+    ("speculative_num_steps", "--speculative-num-steps", 1, MAX_STEPS, False),
+    ("speculative_eagle_topk", "--speculative-eagle-topk", 1, MAX_DRAFT_TOKENS, False),
+    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1, MAX_DRAFT_TOKENS, False),
     ("decode_log_interval", "--decode-log-interval", 1, None, False),
     ("sim_speed", "--sim-speed", 0, None, True),
     ("sim_drafter_quality", "--sim-drafter-quality", 0, 1, False),

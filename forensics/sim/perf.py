@@ -99,6 +99,12 @@ def drafter_quality(draft_path: str | None, override: float | None = None) -> fl
     return DEFAULT_QUALITY
 
 
+# The deepest draft tree the model (and `sim serve`) accepts: every round walks it, so an
+# unbounded --steps (1e9) would make one round, or one `sim model`, run for ever.
+MAX_STEPS = 64
+MAX_DRAFT_TOKENS = 1024
+
+
 def tree_depth(cfg: SpecConfig) -> int:
     """The most draft tokens one round can accept."""
     if not cfg.speculative:
@@ -118,7 +124,10 @@ def level_accept_prob(cfg: SpecConfig) -> float:
 def expected_accept_len(cfg: SpecConfig) -> float:
     """Mean tokens per round per request, bonus token included (SGLang's ``accept len``)."""
     p = level_accept_prob(cfg)
-    return 1.0 + sum(p**j for j in range(1, tree_depth(cfg) + 1))
+    d = tree_depth(cfg)
+    if p >= 1.0:
+        return 1.0 + d
+    return 1.0 + p * (1.0 - p**d) / (1.0 - p)  # sum of p**j, j = 1..d
 
 
 def draw_accepted(rng: random.Random, cfg: SpecConfig) -> int:

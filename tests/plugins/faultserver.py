@@ -17,6 +17,15 @@ Each scenario lives under its own path prefix, so a benchmark pointed at
                   503, 200, 503, ... (a counter per scenario); ``slowhealth`` answers 200
                   after 1 s; ``flapslow`` both; ``hanghealth`` answers only after 30 s
 
+Endless answers (issue 14, bounded memory), each until the client hangs up or ENDLESS_MAX:
+
+    endless_line    a 200 event stream whose first line never ends (no newline)
+    endless_event   ``data:`` lines that never reach the blank line ending the event
+    endless_info    /server_info (and /get_server_info) answering a JSON body without end
+    endless_health  /health answering 200 with a body without end
+    hang_flush      /flush_cache answers only after FLUSH_HANG_S (a client with a 10 s grace
+                    after its deadline would wait for it; one bounded by its deadline does not)
+
 ``faultserver_factory(die_after=N)`` starts a private server that stops listening (and
 drops its connections) after N requests: a server that dies mid-benchmark (H02).
 """
@@ -36,6 +45,8 @@ TOKENS_PER_CHUNK = 2
 CHUNKS = 4
 OK_TOKENS = TOKENS_PER_CHUNK * CHUNKS  # 8 tokens in 4 chunks; verify_ct 4 -> accept len 2.0
 STALL_S = 30.0  # far beyond every client deadline the tests set
+FLUSH_HANG_S = 4.0
+ENDLESS_MAX = 1 << 30  # an "endless" body stops here if the client never hangs up
 
 HEALTH_SLOW_S = 1.0
 # H06: scenario -> (/health alternates 503/200, seconds before /health answers)
@@ -232,10 +243,17 @@ class FaultServer:
         scen = request.match_info["scenario"]
         tail = request.match_info["tail"]
         self.paths.append(f"{request.method} /{tail}")
+        base = scen.split("~")[0]
+        if tail == "health" and base == "endless_health":
+            return await self._endless(request, b"", b"ok " * 20000)
         if tail == "health":
             return await self._health(scen)
+        if tail == "flush_cache" and base == "hang_flush":
+            await asyncio.sleep(FLUSH_HANG_S)
         if tail == "flush_cache":
             return web.Response(text="Cache flushed.\n")
+        if tail in ("server_info", "get_server_info") and base == "endless_info":
+            return await self._endless(request, b'{"version": "', b"0" * 65536)
         if tail in ("server_info", "get_server_info"):
             return web.json_response(
                 {"version": "0.5.9", "internal_states": [{"avg_spec_accept_length": 2.5}]}
@@ -255,6 +273,22 @@ class FaultServer:
                 for site in list(self._runner.sites):
                     await site.stop()
 
+    async def _endless(self, request, head: bytes, piece: bytes, ctype: str = "text/plain"):
+        """A 200 whose body never ends: ``head``, then ``piece`` again and again."""
+        from aiohttp import web
+
+        resp = web.StreamResponse(headers={"Content-Type": ctype})
+        await resp.prepare(request)
+        sent = 0
+        try:
+            await resp.write(head)
+            while sent < ENDLESS_MAX:
+                await resp.write(piece)
+                sent += len(piece)
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up: what it should do past its cap
+        return resp
+
     async def _health(self, scen):
         from aiohttp import web
 
@@ -269,6 +303,12 @@ class FaultServer:
     async def _stream(self, request, scen, n, api, body):
         from aiohttp import web
 
+        if scen == "endless_line":
+            return await self._endless(request, b"data: ", b"x" * 65536, "text/event-stream")
+        if scen == "endless_event":
+            return await self._endless(
+                request, b"", b"data: " + b"y" * 1000 + b"\n", "text/event-stream"
+            )
         if scen == "h01_500" or (scen == "h01_mixed" and n % 2 == 0):
             status = 500 if scen == "h01_500" else 429
             return web.Response(status=status, text=f"boom #{n}: server error body")
