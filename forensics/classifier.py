@@ -1061,7 +1061,7 @@ KEEP_TEXT = 8 << 10
 
 
 def _metrics_summary(*frames: pl.DataFrame) -> pl.DataFrame:
-    """Decode and prefill rows -> per run and rank, its first and its last line (``n``: how
+    """Decode (or prefill) rows -> per run and rank, its first and its last line (``n``: how
     many rows they stand for). All analysis reads of them: counts, first, last per rank."""
     cols = ["run_index", "line", "rank"]
     parts = [
@@ -1112,7 +1112,7 @@ def iter_analyses(src, *, tail: int | None = None, warn=None):
     decoded and says so through ``warn`` (nothing decoded: the error is raised).
     """
     from forensics.errors import StreamDamaged
-    from forensics_parsers.sglang import Frames, LogParser, empty
+    from forensics_parsers.sglang import Frames, LogParser
 
     parser = LogParser(src.where)
     mtime = src.stat.mtime or None
@@ -1121,8 +1121,7 @@ def iter_analyses(src, *, tail: int | None = None, warn=None):
     done = 0  # runs below this index were analysed
 
     def keep(f: Frames) -> None:
-        f.decode = _metrics_summary(f.decode, f.prefill)
-        f.prefill = empty("prefill")
+        f.decode, f.prefill = _metrics_summary(f.decode), _metrics_summary(f.prefill)
         if not f.lines.is_empty():
             f.lines = f.lines.with_columns(pl.col("text").str.slice(0, KEEP_TEXT))
         held.append(f)
@@ -1133,14 +1132,14 @@ def iter_analyses(src, *, tail: int | None = None, warn=None):
 
     def compact(fr: Frames, below: int | None = None) -> None:
         """Keep the rows of runs >= ``below`` (all), each table cut to its cap."""
-        for t in (*KEEP_ROWS, "decode", "runs"):
+        for t in (*KEEP_ROWS, "decode", "prefill", "runs"):
             df = getattr(fr, t)
             if below is not None and not df.is_empty():
                 df = df.filter(pl.col("run_index") >= below)
             if t in KEEP_ROWS:
                 df = _head_tail(df, KEEP_ROWS[t])
                 rows[t] = len(df)
-            elif t == "decode":
+            elif t in ("decode", "prefill"):
                 df = _metrics_summary(df)
             setattr(fr, t, df)
         fr.counts, fr.stats = {}, {}
