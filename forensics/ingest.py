@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes t
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
 # are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
-DIR_PATTERNS = ("*.log", "*.log.gz", "*.log.zst", "*.log.xz", "*.log.bz2", "*.out", "*.err")
+DIR_PATTERNS = ("*.log", "*.log.gz", "*.out", "*.err")
 DIR_SKIP = ("evidence",)  # folders never descended into: $FORENSICS_HOME/evidence/LAUNCH/...
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
 CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
