@@ -214,7 +214,14 @@ def _progress(s: Any, *, quiet: bool):
             why = f": {r['cause']}" if r.get("outcome") != "ok" and r.get("cause") else ""
             msg = f"{tag}: {r['outcome']}{tok}{why}"
         elif ev == "recover":
-            msg = f"{tag}: interrupted earlier; stopping what it left and running it again"
+            how = e.get("how")
+            msg = f"{tag}: interrupted earlier; " + (
+                "its Slurm job still runs: following it"
+                if how == "adopted"
+                else "its job ended: result collected"
+                if how is not None
+                else "stopping what it left and running it again"
+            )
         elif ev == "budget":
             msg = f"{tag}: not started: {e['why']}"
         elif ev == "note":

@@ -461,3 +461,14 @@ def test_job_causes_from_state_and_output():
     assert cid == "job-never-started" and "Resources" in text
     cid, text, _ = explain(parse_scontrol("JobState=FAILED ExitCode=1:0 StartTime=x"), "boom\n", {})
     assert cid == "job-failed" and "boom" in text
+
+
+def test_without_a_baseline_config_the_summary_has_none_to_compare(tmp_path, monkeypatch):
+    """baseline = false and no stored or plain run in the store: no vs_baseline, no margin."""
+    monkeypatch.setattr(executor_local, "run_unit", _fake_results([]))
+    path = _sweep_file(tmp_path)
+    path.write_text("baseline = false\n" + path.read_text())
+    res = sw.run(Store.open(tmp_path / "st"), sw.load(path))
+    assert res["baseline"] is None and res["best"]["margin"] is None
+    assert all(c["vs_baseline"] is None for c in res["configs"])
+    assert "best: steps=3 topk=1 ndt=4: 81.5 tok/s" in sw.render(res)

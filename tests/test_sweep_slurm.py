@@ -60,3 +60,66 @@ def test_sim_mix_through_slurm_with_a_job_over_its_memory(slurm_env, tmp_path):
     assert q.stdout.strip() == ""
     assert no_group_left(Store.open()) == []
     assert "fx-sim-mix-slurm" not in os.popen("ps -eo args").read()
+
+
+def test_kill_9_of_the_controller_then_resume_follows_the_running_job(slurm_env, tmp_path):
+    """The job outlives a kill -9 of `forensics sweep`: --resume follows that job (no second
+    submission) and takes its result."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from forensics.sweep.journal import Journal, unit_state
+
+    path = tmp_path / "one.toml"
+    path.write_text(
+        "\n".join(
+            [
+                'name = "one"',
+                "[base]",
+                'server = ["python3", "-m", "sglang.launch_server", "--model-path", "sim://m"]',
+                "stop_grace_s = 5",
+                "min_free_mb = 0",
+                "[bench]",
+                "num_prompts = 2",
+                "max_new_tokens = 200",
+                "[sim]",
+                "speed = 60",
+                "[slurm]",
+                f'partition = "{slurm_env.partition}"',
+                'mem = "1G"',
+                "",
+            ]
+        )
+    )
+    cmd = [sys.executable, "-m", "forensics", "sweep", str(path), "--executor", "slurm"]
+    p = subprocess.Popen(
+        [*cmd, "--poll", "0.5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    store = Store.open()
+    key = "sglang_baseline#1"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = unit_state(Journal(store, "one").events()).get(key, {})
+            if st.get("status") == "submitted":
+                break
+            time.sleep(0.2)
+        job = st["job"]
+        while time.monotonic() < deadline:  # the job runs (its launch is under way)
+            if "RUNNING" in slurm_env.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
+                break
+            time.sleep(0.2)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    r = subprocess.run([*cmd, "--poll", "0.5", "--resume"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "its Slurm job still runs: following it" in r.stderr or "result collected" in r.stderr
+    evs = Journal(store, "one").events()
+    assert [e["data"]["job_id"] for e in evs if e["event"] == "submit"] == [job]
+    res = unit_state(evs)[key]["result"]
+    assert (res["outcome"], res["job_id"]) == ("ok", job) and res["tok_s"] > 10

@@ -68,6 +68,10 @@ def summary(store: Store, name: str, *, sweep: Sweep | None = None) -> dict[str,
             "repeats": len(base_runs),
             "config_id": base_runs[0].get("config_id"),
         }
+    if base is None:  # no baseline config (baseline = false, or it failed): the experiment's
+        base = _experiment_baseline(
+            store, [((state.get(u["key"]) or {}).get("result") or {}).get("run_id") for u in units]
+        )
     configs = []
     for u in units:
         s = state.get(u["key"]) or {"status": None}
@@ -109,6 +113,20 @@ def summary(store: Store, name: str, *, sweep: Sweep | None = None) -> dict[str,
         | {"pending": sum(1 for c in configs if c["outcome"] is None)},
         "configs": configs,
     }
+
+
+def _experiment_baseline(store: Store, run_ids: list[str | None]) -> dict[str, Any] | None:
+    """The baseline of the experiment the sweep's runs belong to (forensics.baseline's rule)."""
+    from forensics.baseline import for_run
+
+    for rid in run_ids:
+        if not rid:
+            continue
+        b = for_run(store, rid)
+        if b is not None:
+            return {"run": b.name, "tok_s": b.tok_s, "repeats": 0, "source": b.source}
+        return None
+    return None
 
 
 def _state(configs: list[dict[str, Any]], stopped: list[dict[str, Any]]) -> str:
@@ -202,7 +220,8 @@ def render(s: dict[str, Any]) -> str:
         )
     b, base = s["best"], s["baseline"]
     if base:
-        lines.append(f"baseline: {base['tok_s']:.1f} tok/s ({base['run']})")
+        where = "the sweep's baseline" if base.get("repeats") else "the experiment's baseline"
+        lines.append(f"baseline: {base['tok_s']:.1f} tok/s ({base['run']}, {where})")
     if b:
         spread = (
             f", {b['tok_s_min']:.1f}–{b['tok_s_max']:.1f} over {b['repeats']} repeats"

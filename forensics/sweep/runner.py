@@ -233,8 +233,8 @@ def run(
             )
             continue
         if s["status"] in ("started", "submitted"):
-            emit({"event": "recover", "key": u.key, "unit": u})
             recovered = ex.recover(u, s)
+            emit({"event": "recover", "key": u.key, "unit": u, "how": recovered})
             if recovered == "adopted":  # a Slurm job that still runs: the executor follows it
                 continue
             if recovered is not None:
