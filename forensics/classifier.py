@@ -44,6 +44,7 @@ import forensics_parsers.sglang as sglang_parser
 from forensics import frames as frames_table
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
+from forensics.tables import LABEL_SCHEMA, VERDICT_SCHEMA  # declared with every table
 
 PHASES = sigs.PHASES
 MODEL_VERSION = 3
@@ -1233,7 +1234,9 @@ def _temperature(p_logits, y_idx) -> float:
     return best_t
 
 
-def train(store=None, *, corpus: Path = CORPUS, include_labels: bool = True) -> Model:
+def train(
+    store=None, *, corpus: Path = CORPUS, include_labels: bool = True, save: bool = True
+) -> Model:
     """Fit the model on the corpus (+ the store's labels); calibrate; cache as JSON."""
     ex = corpus_examples(corpus)
     docs = [features(a) for _, a in ex]
@@ -1254,7 +1257,7 @@ def train(store=None, *, corpus: Path = CORPUS, include_labels: bool = True) -> 
     model.data["n_examples"] = len(y)
     model.data["n_user_labels"] = n_user
     model.data["trained_at"] = dt.datetime.now().isoformat(timespec="seconds")
-    if store is not None:
+    if store is not None and save:
         save_model(store, model)
     _MODEL_CACHE[_cache_key(store)] = model
     return model
@@ -1287,8 +1290,12 @@ def save_model(store, model: Model) -> Path:
     p = _model_path(store)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(model.data, separators=(",", ":")))
-    os.replace(tmp, p)
+    try:
+        tmp.write_text(json.dumps(model.data, separators=(",", ":")))
+        os.replace(tmp, p)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written model behind
+        raise
     return p
 
 
@@ -1349,8 +1356,8 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
         base = packaged_model(digest) or train(None, corpus=corpus)
         _MODEL_CACHE[""] = base
     if store is not None and _has_labels(store):
-        return train(store, corpus=corpus)
-    if store is not None:
+        base = train(store, corpus=corpus, save=False)
+    if store is not None:  # a cache: a read-only or full store serves without it
         try:
             save_model(store, base)
         except OSError:
@@ -1464,17 +1471,6 @@ def analyze_stored(store, source_id: str, run_index: int) -> Analysis:
     return analyze(tables, run_index, path=src.get("path", source_id), mtime=mtime)
 
 
-VERDICT_SCHEMA = {
-    "run_id": pl.String,
-    "key": pl.String,
-    "phase": pl.String,
-    "hung": pl.Boolean,
-    "signature": pl.String,
-    "confidence": pl.Float64,
-    "verdict": pl.String,
-}
-
-
 def _state_key(store, source_id: str, model: Model | None) -> str:
     src = store.sources().get(source_id, {})
     label = _labels_for(store).get(source_id, {})
@@ -1484,6 +1480,7 @@ def _state_key(store, source_id: str, model: Model | None) -> str:
             src.get("size"),
             src.get("mtime"),
             src.get("offset"),
+            src.get("content_hash"),  # a log rewritten with the same size and mtime
             MODEL_VERSION,
             corpus_digest(),
             json.dumps(label, sort_keys=True),
@@ -1574,14 +1571,6 @@ def classify_runs(store, runs_df: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------------------
 # User labels
 # --------------------------------------------------------------------------------------
-LABEL_SCHEMA = {
-    "run_id": pl.String,
-    "source_id": pl.String,
-    "run_index": pl.Int32,
-    "name": pl.String,
-    "phase": pl.String,
-    "labeled_at": pl.Datetime("us"),
-}
 
 
 def label(store, match: str, phase: str) -> list[dict[str, Any]]:

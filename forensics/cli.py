@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "forensics.cli_plot",
     "forensics.cli_sim",
     "forensics.cli_sweep",
+    "forensics.cli_store",
 )
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

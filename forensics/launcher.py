@@ -76,6 +76,7 @@ from forensics.recipe import (
     valid_name,
     with_simulator,
 )
+from forensics.tables import LAUNCH_SCHEMA  # declared with every table of the store
 from forensics_parsers.journal import parse_journal
 from forensics_parsers.sglang import stage_of
 from forensics_parsers.shell import Chain, Step, launching_command_line, parse_chain
@@ -106,28 +107,6 @@ BLOCKING = ("port-in-use", "disk-full")
 
 # Programs run inline in the wrapper shell (they change the shell's own state).
 INLINE_PROGRAMS = {"cd", "export", "set", "umask", "ulimit", "source", ".", "unset", "pushd"}
-
-LAUNCH_SCHEMA: dict[str, Any] = {
-    "launch_id": pl.String,
-    "name": pl.String,
-    "host": pl.String,
-    "mode": pl.String,  # launch | replay
-    "log_path": pl.String,
-    "journal_path": pl.String,
-    "pid_path": pl.String,
-    "recipe": pl.String,  # Recipe JSON
-    "started_at": pl.Datetime("us"),
-    "updated_at": pl.Datetime("us"),
-    "pid": pl.Int64,
-    "pgid": pl.Int64,
-    "pid_start": pl.Int64,  # /proc/PID/stat field 22 (clock ticks since boot), for S16
-    "status": pl.String,  # registered|running|ready|failed|timeout|stopped|interrupted|unknown|exited
-    "port": pl.Int64,
-    "health_url": pl.String,
-    "cause": pl.String,
-    "token": pl.String,
-    "diagnosis": pl.String,  # JSON
-}
 
 
 def _now() -> dt.datetime:
