@@ -4,13 +4,22 @@ Idempotent and incremental. Each log file is a *source* with a stable id (sha1 o
 real path). The manifest keeps, per source, its size, mtime, a hash of its first bytes, the
 offset of the last complete line parsed and the parser's state at that point:
 
-* unchanged (same size, mtime and head)  -> skipped without reading;
-* grown (same head, larger)              -> only the new bytes are parsed, from the saved state;
-* rewritten or truncated (head differs, or smaller) -> its rows are dropped and it is re-parsed.
+* unchanged (same size, mtime, head and content hash) -> not parsed (read once to hash it);
+* grown (its first bytes hash as the whole file did) -> only the new bytes are parsed, from
+  the saved state;
+* rewritten or truncated (anything else)  -> its rows are dropped and it is re-parsed.
+
+The content hash (sha1 of the file's bytes) is the one cache key of a source: the verdict
+cache of ``runs`` is keyed on it too, so every view agrees after a rewrite that kept the size
+and mtime. The same file reached twice (a hard link: same device and inode) is ingested once;
+the store's own files are never ingested as logs.
 
 Rows of complete lines are immutable parts of the source. The run summaries (``runs``) and the
-records of an unfinished last line (``<sid>~tail``) are replaced at every ingest. One store
-transaction per file: a crash or Ctrl-C leaves each file either fully ingested or as it was.
+records of an unfinished last line (``<sid>~tail``) are replaced at every ingest. Files are
+committed in batches (``BATCH_FILES`` files or ``BATCH_SECONDS`` seconds, whichever first): a
+crash or ``kill -9`` loses at most the batch being built, never duplicates, and the next
+ingest picks up from the last commit; Ctrl-C or an error commits the files finished before it
+(each file is in the store fully or not at all).
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ import hashlib
 import os
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import (
@@ -43,6 +52,9 @@ if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes t
     from forensics.bench_results import RunIndex
     from forensics_parsers.sglang import Frames
 
+READ_CHUNK = 4 << 20
+BATCH_FILES = 500  # files per store commit ...
+BATCH_SECONDS = 5.0  # ... or seconds of work, whichever comes first
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
 # are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
@@ -65,6 +77,7 @@ class FileOutcome:
     bytes_parsed: int = 0
     results: int = 0  # benchmark results of a results file (forensics/bench_results.py)
     attached: int = 0  # ... of them attached to a run
+    committed: bool = False  # in the store (its batch was committed)
 
 
 @dataclass
@@ -314,6 +327,7 @@ def ingest(
         )
     results_error: ForensicsError | None = None
     index: RunIndex | None = None
+    batch = _Batch(store, lock_timeout)
     try:
         for i, (host, path) in enumerate(files):
             report = None
@@ -324,15 +338,15 @@ def ingest(
 
                 report(0, 0)
             if is_results_file(path):
+                batch.commit()  # it takes the store lock itself: the batch is committed first
                 if index is None:  # the runs are read once, after the logs of this call
                     index = RunIndex(store, run)
                 outcome, err = _ingest_results(store, host, path, summary, index, lock_timeout)
                 results_error = results_error or err
             else:
-                outcome = _ingest_one(
-                    store, host, path, summary, name_pattern, lock_timeout, report
-                )
+                outcome = batch.run(host, path, summary, name_pattern, report)
             summary.files.append(outcome)
+        batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts)
         changed = {f.source_id for f in summary.files if f.status in CHANGED}
@@ -348,6 +362,10 @@ def ingest(
             time.sleep(0)
         except KeyboardInterrupt:
             pass
+        batch.commit()  # the files finished before Ctrl-C; the one being read is not kept
+    except BaseException:
+        batch.close_after_error()
+        raise
     summary.seconds = time.monotonic() - t0
     if results_error is not None and all(f.status == "failed" for f in summary.files):
         raise results_error  # nothing was ingested: the one-line error, not a summary
@@ -360,6 +378,64 @@ def ingest(
     return summary
 
 
+class _Batch:
+    """One store transaction over many files, committed every BATCH_FILES files or
+    BATCH_SECONDS seconds; each file has a savepoint, so a file that fails leaves nothing
+    and the files before it are still committed."""
+
+    def __init__(self, store: Store, lock_timeout: float | None):
+        self.store = store
+        self.lock_timeout = lock_timeout
+        self._cm: Any = None
+        self.tx: Any = None
+        self.files: list[FileOutcome] = []
+        self.started = 0.0
+        self.seen: dict[tuple[str, int, int], str] = {}  # (host, dev, inode) -> path
+
+    def _open(self) -> None:
+        if self.tx is None:
+            self._cm = self.store.transaction(self.lock_timeout)
+            self.tx = self._cm.__enter__()
+            self.started = time.monotonic()
+
+    def run(
+        self, host: Any, path: str, summary: IngestSummary, name_pattern, report
+    ) -> FileOutcome:
+        self._open()
+        sid = source_id(host.name, path)
+        point = self.tx.savepoint(sid)
+        try:
+            out = _ingest_one(self.tx, host, path, summary, name_pattern, report, self)
+        except BaseException:
+            self.tx.rollback(point)
+            raise
+        self.files.append(out)
+        if len(self.files) >= BATCH_FILES or time.monotonic() - self.started >= BATCH_SECONDS:
+            self.commit()
+        return out
+
+    def commit(self) -> None:
+        if self.tx is None:
+            return
+        cm, self._cm, self.tx = self._cm, None, None
+        files, self.files = self.files, []
+        try:
+            cm.__exit__(None, None, None)
+        except BaseException:
+            for f in files:
+                f.committed = False
+            raise
+        for f in files:
+            f.committed = f.status not in ("skipped", "failed")
+
+    def close_after_error(self) -> None:
+        """An error in one file: keep the files finished before it, if the store lets us."""
+        try:
+            self.commit()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+
+
 # Why a file was skipped -> the warning shown (the other inputs are still ingested).
 SKIP_REASONS = {
     "vanished": "vanished before it could be read",
@@ -368,6 +444,8 @@ SKIP_REASONS = {
     "binary": "{detail} (skipped)",
     "not-regular": "{detail} (skipped)",
     "bad-path": "{detail} (skipped)",
+    "duplicate": "the same file as {detail} (a hard link): ingested once",
+    "store": "a file of the forensics store itself, not a log (skipped)",
 }
 # The log source's refusals (forensics.logsource.open_log) -> the skip reason.
 SKIP_FOR: dict[type, str] = {
@@ -425,146 +503,264 @@ def _ingest_results(
 
 
 def _ingest_one(
-    store: Store,
+    tx: Any,
     host: Any,
     path: str,
     summary: IngestSummary,
     name_pattern: str | None,
-    lock_timeout: float | None,
     report: Callable[[int, int], None] | None = None,
+    batch: _Batch | None = None,
 ) -> FileOutcome:
-    """Ingest one file in one transaction; ``report(done_bytes, total_bytes)`` per chunk."""
+    """Ingest one file into ``tx``; ``report(done_bytes, total_bytes)`` per chunk."""
     from forensics.hosts import ReadIncomplete
 
     hname = host.name
     sid = source_id(hname, path)
     out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
+    if hname == "local" and _inside(path, tx.store.root):
+        return _skip(out, summary, "store")
+    hasher = _Hasher()
     try:
-        src = open_log(host, path, where=path)
+        src = open_log(hasher.tap(host), path, where=path)  # its reads feed the hash
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
         return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
         return _skip(out, summary, "unreadable", exc.strerror or str(exc))
     st, head = src.stat, src.head
+    dev = _device(host, path)
+    same = _same_file(tx, batch, hname, dev, st.inode, sid)
+    if same:
+        return _skip(out, summary, "duplicate", same)
     head_hash = hashlib.sha1(head[: min(len(head), HEAD_BYTES)]).hexdigest()
     compressed = src.transformed
 
-    with store.transaction(lock_timeout) as tx:
-        prev = tx.man.sources.get(sid)
-        state = None
-        offset = 0
-        if prev is not None:
-            same_head = prev.get("head_hash") == hashlib.sha1(
-                head[: prev.get("head_len", 0)]
-            ).hexdigest() and prev.get("head_len", 0) <= len(head)
-            if (
-                prev.get("size") == st.size
-                and prev.get("mtime") == st.mtime
-                and prev.get("head_hash_full") == head_hash
-            ):
-                out.status = "unchanged"
-                out.runs = prev.get("runs", 0)
-                return out
-            if (
-                not compressed
-                and same_head
-                and st.size >= prev.get("size", 0)
-                and prev.get("state") is not None
-            ):
-                out.status = "grown"
-                offset = prev["offset"]
-                state = prev["state"]
-                # records of a previously unfinished last line, and the run summaries,
-                # are replaced below
-                tx.drop_source(sid + "~tail")
-                tx.drop_source(sid + "~runs")
-            else:
-                out.status = "rewritten"
-                tx.drop_source(sid)
-        if st.size == 0:
-            summary.warnings.append(f"{path}: empty file (0 bytes)")
-        date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
-        from concurrent.futures import Future, ThreadPoolExecutor
+    prev = tx.man.sources.get(sid)
+    state = None
+    offset = 0
+    if prev is not None:
+        same_head = prev.get("head_hash") == hashlib.sha1(
+            head[: prev.get("head_len", 0)]
+        ).hexdigest() and prev.get("head_len", 0) <= len(head)
+        known = prev.get("content_hash")
+        if (
+            known
+            and prev.get("size") == st.size
+            and prev.get("mtime") == st.mtime
+            and prev.get("head_hash_full") == head_hash
+            and hasher.of_file(host, path, st.size) == known
+        ):
+            out.status = "unchanged"
+            out.runs = prev.get("runs", 0)
+            return out
+        hasher.reset()
+        if (
+            known
+            and not compressed
+            and same_head
+            and st.size >= (prev.get("size") or 0)
+            and prev.get("state") is not None
+            and hasher.of_file(host, path, prev["size"]) == known
+        ):
+            out.status = "grown"
+            offset = prev["offset"]
+            state = prev["state"]
+            # records of a previously unfinished last line, and the run summaries,
+            # are replaced below
+            tx.drop_source(sid + "~tail")
+            tx.drop_source(sid + "~runs")
+        else:
+            hasher.reset()
+            out.status = "rewritten"
+            tx.drop_source(sid)
+    if st.size == 0:
+        summary.warnings.append(f"{path}: empty file (0 bytes)")
+    date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+    from concurrent.futures import Future, ThreadPoolExecutor
 
-        import polars as pl
+    import polars as pl
 
-        from forensics_parsers.sglang import LogParser, extract_batch
+    from forensics_parsers.sglang import LogParser, extract_batch
 
-        parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
-        buf = _Buffer(tx, sid)
-        consumed = offset
-        last_frames: Frames | None = None
+    parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
+    buf = _Buffer(tx, sid)
+    consumed = offset
+    last_frames: Frames | None = None
 
-        def finish_chunk(frames: Frames, prepared: pl.DataFrame | None) -> None:
-            if prepared is not None:
-                frames.decode, frames.prefill = extract_batch(prepared)
-            buf.add(frames, path=path, host=hname)
+    def finish_chunk(frames: Frames, prepared: pl.DataFrame | None) -> None:
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        buf.add(frames, path=path, host=hname)
 
-        # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
-        # over it while the worker extracts the metrics fields of chunk k and buffers and
-        # writes its rows (polars releases the GIL). One worker takes the chunks in order,
-        # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
-        # no thread outlives the file, and the transaction aborts or commits after it.
-        with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
-            pending: Future | None = None
-            try:
-                for chunk in src.chunks(offset):
-                    consumed += len(chunk)
-                    frames, prepared = parser.feed_split(chunk)
-                    _account(summary, out, frames)
-                    job = pool.submit(finish_chunk, frames, prepared)
-                    if pending is not None:
-                        pending.result()  # at most one chunk waits: memory stays bounded
-                    pending = job
-                    last_frames = frames
-                    if report:
-                        report(consumed - offset, max(0, st.size - offset))
-            except ReadIncomplete as exc:
-                summary.warnings.append(f"{path}: {exc.message}; kept what was read")
-                out.reason = "incomplete"
-            except StreamDamaged as exc:
-                summary.stats["compressed_truncated"] = (
-                    summary.stats.get("compressed_truncated", 0) + 1
-                )
-                summary.warnings.append(exc.message)
-            if pending is not None:
-                pending.result()
-        buf.flush()
-        complete_state = parser.state()
-        complete_offset = consumed - parser.pending_bytes if not compressed else consumed
-        tail = parser.finish()
-        _account(summary, out, tail)
-        buf.add(tail, part_sid=sid + "~tail", path=path, host=hname)
-        runs = (
-            tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+    # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
+    # over it while the worker extracts the metrics fields of chunk k and buffers and
+    # writes its rows (polars releases the GIL). One worker takes the chunks in order,
+    # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
+    # no thread outlives the file, and the transaction aborts or commits after it.
+    with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
+        pending: Future | None = None
+        try:
+            for chunk in src.chunks(offset):
+                consumed += len(chunk)
+                frames, prepared = parser.feed_split(chunk)
+                _account(summary, out, frames)
+                job = pool.submit(finish_chunk, frames, prepared)
+                if pending is not None:
+                    pending.result()  # at most one chunk waits: memory stays bounded
+                pending = job
+                last_frames = frames
+                if report:
+                    report(consumed - offset, max(0, st.size - offset))
+        except ReadIncomplete as exc:
+            summary.warnings.append(f"{path}: {exc.message}; kept what was read")
+            out.reason = "incomplete"
+        except StreamDamaged as exc:
+            summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
+            summary.warnings.append(exc.message)
+        if pending is not None:
+            pending.result()
+    buf.flush()
+    complete_state = parser.state()
+    complete_offset = consumed - parser.pending_bytes if not compressed else consumed
+    tail = parser.finish()
+    _account(summary, out, tail)
+    buf.add(tail, part_sid=sid + "~tail", path=path, host=hname)
+    runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+    if runs is not None and not runs.is_empty():
+        runs = runs.with_columns(
+            pl.lit(sid).alias("source_id"),
+            pl.lit(path).alias("path"),
+            pl.lit(hname).alias("host_name"),
         )
-        if runs is not None and not runs.is_empty():
-            runs = runs.with_columns(
-                pl.lit(sid).alias("source_id"),
-                pl.lit(path).alias("path"),
-                pl.lit(hname).alias("host_name"),
-            )
-            tx.append("runs", runs, source_id=sid + "~runs")
-            out.runs = len(runs)
-        tx.set_source(
-            sid,
-            {
-                "path": path,
-                "host": hname,
-                "size": st.size,
-                "mtime": st.mtime,
-                "inode": st.inode,
-                "head_len": min(len(head), HEAD_BYTES),
-                "head_hash": head_hash,
-                "head_hash_full": head_hash,
-                "offset": complete_offset,
-                "state": None if compressed else complete_state,
-                "runs": out.runs,
-                "ingested_at": time.time(),
-            },
-        )
+        tx.append("runs", runs, source_id=sid + "~runs")
+        out.runs = len(runs)
+    tx.set_source(
+        sid,
+        {
+            "path": path,
+            "host": hname,
+            "size": hasher.size if not compressed else st.size,
+            "mtime": st.mtime,
+            "inode": st.inode,
+            "dev": dev,
+            "content_hash": hasher.hexdigest(),
+            "head_len": min(len(head), HEAD_BYTES),
+            "head_hash": head_hash,
+            "head_hash_full": head_hash,
+            "offset": complete_offset,
+            "state": None if compressed else complete_state,
+            "runs": out.runs,
+            "ingested_at": time.time(),
+        },
+    )
     out.bytes_parsed = consumed - offset
     return out
+
+
+def _inside(path: str, root: Path) -> bool:
+    """Is ``path`` one of the store's own files (anything under its folder)?"""
+    try:
+        r = os.path.realpath(root)
+        return os.path.commonpath([os.path.realpath(path), r]) == r
+    except ValueError:
+        return False
+
+
+def _device(host: Any, path: str) -> int | None:
+    if host.name != "local":
+        return None  # SFTP carries no device or inode
+    try:
+        return os.stat(os.path.expanduser(path)).st_dev
+    except OSError:
+        return None
+
+
+def _same_file(
+    tx: Any, batch: _Batch | None, hname: str, dev: int | None, inode: int | None, sid: str
+) -> str | None:
+    """The path under which this very file (same device and inode) is already ingested."""
+    if dev is None or inode is None:
+        return None
+    key = (hname, dev, inode)
+    seen = batch.seen if batch is not None else {}
+    if key in seen and seen[key] != sid:
+        return seen[key]
+    for osid, rec in tx.man.sources.items():
+        if osid == sid or rec.get("inode") != inode or rec.get("dev") != dev:
+            continue
+        if rec.get("host") != hname:
+            continue
+        try:
+            st = os.stat(rec["path"])
+        except (OSError, KeyError, TypeError):
+            continue
+        if (st.st_dev, st.st_ino) == (dev, inode):
+            return rec["path"]
+    seen[key] = sid
+    return None
+
+
+class _Hasher:
+    """sha1 of a file's bytes from 0, fed in order; ``size`` = the bytes hashed so far."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha1()
+        self.size = 0
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+    def reset(self) -> None:
+        self.h, self.size = hashlib.sha1(), 0
+
+    def feed(self, pos: int, chunk: bytes) -> None:
+        """``chunk`` read at offset ``pos``: hash the part past what is hashed already."""
+        end = pos + len(chunk)
+        if pos <= self.size < end:
+            self.h.update(memoryview(chunk)[self.size - pos :])
+            self.size = end
+
+    def of_file(self, host: Any, path: str, upto: int) -> str | None:
+        """Hash the first ``upto`` bytes; None if the file is shorter or cannot be read."""
+        from forensics.hosts import ReadIncomplete
+
+        try:
+            for chunk in host.iter_chunks(path, self.size, READ_CHUNK, limit=upto - self.size):
+                self.feed(self.size, chunk)
+        except (ReadIncomplete, InputNotFound, OSError):
+            return None
+        return self.hexdigest() if self.size == upto else None
+
+    def tap(self, host: Any) -> _TappedHost:
+        return _TappedHost(host, self)
+
+
+class _TappedHost:
+    """``host`` whose reads also feed a _Hasher (the parse reads each byte once)."""
+
+    def __init__(self, host: Any, hasher: _Hasher):
+        self._host, self._hasher = host, hasher
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._host, name)
+
+    def iter_chunks(self, path: str, offset: int = 0, *args: Any, **kw: Any) -> Iterator[bytes]:
+        pos = offset
+        for chunk in self._host.iter_chunks(path, offset, *args, **kw):
+            self._hasher.feed(pos, chunk)
+            pos += len(chunk)
+            yield chunk
+
+    def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        from forensics.hosts import ReadIncomplete
+
+        parts: list[bytes] = []
+        try:
+            for chunk in self.iter_chunks(path, offset, limit=length):
+                parts.append(chunk)
+        except ReadIncomplete as exc:  # what was read is kept, as Host.read does
+            exc.data = b"".join(parts)
+            raise
+        return b"".join(parts)
 
 
 def _account(summary: IngestSummary, out: FileOutcome, frames: Frames) -> None:

@@ -20,6 +20,8 @@ from typing import Any
 import polars as pl
 
 from forensics.errors import StoreError
+from forensics_parsers.benchresults import BENCH_SCHEMA as IMPORTED_BENCH_SCHEMA
+from forensics_parsers.benchresults import REQUEST_SCHEMA as IMPORTED_REQUEST_SCHEMA
 from forensics_parsers.journal import SCHEMA as JOURNAL_SCHEMA
 from forensics_parsers.sglang import SCHEMAS as PARSER_SCHEMAS
 
@@ -93,6 +95,7 @@ BENCH_SCHEMA: dict[str, Any] = {
     "accept_len_client": _F, "accept_len_server": _F, "accept_len_server_scope": _S,
     "accept_len_log": _F, "accept_len_log_lines": _I, "server_version": _S,
     "flush_cache": _S, "started_at": pl.Datetime("us"), "duration_s": _F, "interrupted": _B,
+    "input_len": _I, "output_len": _I,
     "deadline_hit": _B, "server_dead": _B, "death": _S, "failures": _S,
     "health_every_s": _F, "health_probe_timeout_s": _F, "health_count": _I,
     "health_non_200": _I, "health_timeouts": _I, "health_errors": _I,
@@ -107,6 +110,16 @@ BENCH_REQUEST_SCHEMA: dict[str, Any] = {
 BENCH_HEALTH_SCHEMA: dict[str, Any] = {
     "bench_id": _S, "t_s": _F, "status": _I, "latency_ms": _F, "error": _S,
 }  # fmt: skip
+
+
+def _union(*schemas: dict[str, Any]) -> dict[str, Any]:
+    """One table written by several modules: their columns, which must agree on types."""
+    out: dict[str, Any] = {}
+    for schema in schemas:
+        for col, dtype in schema.items():
+            if out.setdefault(col, dtype) != dtype:
+                raise TypeError(f"column {col!r} declared {out[col]} and {dtype}")
+    return out
 
 
 def _per_source(name: str, extra: dict[str, Any]) -> Table:
@@ -126,8 +139,22 @@ TABLES: dict[str, Table] = {
         Table("labels", LABEL_SCHEMA, False, "forensics.classifier (forensics label)"),
         Table("launches", LAUNCH_SCHEMA, False, "forensics.launcher"),
         Table("journal", dict(JOURNAL_SCHEMA), False, "forensics.launcher"),
-        Table("bench", BENCH_SCHEMA, False, "forensics.bench"),
-        Table("bench_requests", BENCH_REQUEST_SCHEMA, False, "forensics.bench"),
+        Table(
+            "bench",
+            _union(
+                BENCH_SCHEMA,
+                IMPORTED_BENCH_SCHEMA,
+                {"run_id": pl.String, "attached_by": pl.String},
+            ),
+            False,
+            "forensics.bench, forensics.bench_results (imported results files)",
+        ),
+        Table(
+            "bench_requests",
+            _union(BENCH_REQUEST_SCHEMA, IMPORTED_REQUEST_SCHEMA),
+            False,
+            "forensics.bench, forensics.bench_results",
+        ),
         Table("bench_health", BENCH_HEALTH_SCHEMA, False, "forensics.bench"),
     )
 }
