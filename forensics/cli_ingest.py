@@ -141,7 +141,7 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
         if skipped:
             click.echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))
     if summary.interrupted:
-        done = [f.path for f in summary.files if f.status not in ("skipped", "failed")]
+        done = [f.path for f in summary.files if f.committed]
         click.echo(
             f"Interrupted: {len(done)} file(s) committed before Ctrl-C; the file being read "
             "was not (the store holds nothing of it). Run the same command again to resume.",

@@ -16,7 +16,8 @@ the store's own files are never ingested as logs.
 
 Rows of complete lines are immutable parts of the source. The run summaries (``runs``) and the
 records of an unfinished last line (``<sid>~tail``) are replaced at every ingest. Files are
-committed in batches (``BATCH_FILES`` files or ``BATCH_SECONDS`` seconds, whichever first): a
+committed in batches (``BATCH_FILES`` files or ``BATCH_SECONDS`` seconds, whichever first,
+spaced so that commits take at most ``COMMIT_SHARE`` of the time on a large store): a
 crash or ``kill -9`` loses at most the batch being built, never duplicates, and the next
 ingest picks up from the last commit; Ctrl-C or an error commits the files finished before it
 (each file is in the store fully or not at all).
@@ -54,7 +55,8 @@ if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes t
 
 READ_CHUNK = 4 << 20
 BATCH_FILES = 500  # files per store commit ...
-BATCH_SECONDS = 5.0  # ... or seconds of work, whichever comes first
+BATCH_SECONDS = 5.0  # ... or seconds of work, whichever comes first ...
+COMMIT_SHARE = 0.1  # ... but commits (a manifest rewrite, O(sources)) take at most ~10 %
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
 # are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
@@ -342,6 +344,7 @@ def ingest(
                 if index is None:  # the runs are read once, after the logs of this call
                     index = RunIndex(store, run)
                 outcome, err = _ingest_results(store, host, path, summary, index, lock_timeout)
+                outcome.committed = outcome.status not in ("skipped", "failed")  # its own commit
                 results_error = results_error or err
             else:
                 outcome = batch.run(host, path, summary, name_pattern, report)
@@ -390,7 +393,16 @@ class _Batch:
         self.tx: Any = None
         self.files: list[FileOutcome] = []
         self.started = 0.0
-        self.seen: dict[tuple[str, int, int], str] = {}  # (host, dev, inode) -> path
+        self.last_commit_s = 0.0  # how long the last commit took
+        # (host, dev, inode) -> (source id, path) of the files of this ingest
+        self.seen: dict[tuple[str, int, int], tuple[str, str]] = {}
+        self._inodes: tuple[Any, dict] | None = None  # (transaction, its inode index)
+
+    def stored_inodes(self, tx: Any) -> dict:
+        """The inode index of the sources committed before this batch (built once)."""
+        if self._inodes is None or self._inodes[0] is not tx:
+            self._inodes = (tx, _inode_index(tx))
+        return self._inodes[1]
 
     def _open(self) -> None:
         if self.tx is None:
@@ -410,7 +422,9 @@ class _Batch:
             self.tx.rollback(point)
             raise
         self.files.append(out)
-        if len(self.files) >= BATCH_FILES or time.monotonic() - self.started >= BATCH_SECONDS:
+        busy = time.monotonic() - self.started
+        due = len(self.files) >= BATCH_FILES or busy >= BATCH_SECONDS
+        if due and busy * COMMIT_SHARE >= self.last_commit_s:
             self.commit()
         return out
 
@@ -419,8 +433,10 @@ class _Batch:
             return
         cm, self._cm, self.tx = self._cm, None, None
         files, self.files = self.files, []
+        t0 = time.monotonic()
         try:
             cm.__exit__(None, None, None)
+            self.last_commit_s = time.monotonic() - t0
         except BaseException:
             for f in files:
                 f.committed = False
@@ -528,7 +544,7 @@ def _ingest_one(
         return _skip(out, summary, "unreadable", exc.strerror or str(exc))
     st, head = src.stat, src.head
     dev = _device(host, path)
-    same = _same_file(tx, batch, hname, dev, st.inode, sid)
+    same = _same_file(tx, batch, hname, dev, st.inode, sid, path)
     if same:
         return _skip(out, summary, "duplicate", same)
     head_hash = hashlib.sha1(head[: min(len(head), HEAD_BYTES)]).hexdigest()
@@ -675,28 +691,43 @@ def _device(host: Any, path: str) -> int | None:
 
 
 def _same_file(
-    tx: Any, batch: _Batch | None, hname: str, dev: int | None, inode: int | None, sid: str
+    tx: Any,
+    batch: _Batch | None,
+    hname: str,
+    dev: int | None,
+    inode: int | None,
+    sid: str,
+    path: str,
 ) -> str | None:
     """The path under which this very file (same device and inode) is already ingested."""
     if dev is None or inode is None:
         return None
     key = (hname, dev, inode)
     seen = batch.seen if batch is not None else {}
-    if key in seen and seen[key] != sid:
-        return seen[key]
-    for osid, rec in tx.man.sources.items():
-        if osid == sid or rec.get("inode") != inode or rec.get("dev") != dev:
-            continue
-        if rec.get("host") != hname:
+    if key in seen and seen[key][0] != sid:
+        return seen[key][1]
+    index = batch.stored_inodes(tx) if batch is not None else _inode_index(tx)
+    for osid, opath in index.get(key, ()):
+        if osid == sid:
             continue
         try:
-            st = os.stat(rec["path"])
-        except (OSError, KeyError, TypeError):
+            st = os.stat(opath)
+        except (OSError, TypeError):
             continue
         if (st.st_dev, st.st_ino) == (dev, inode):
-            return rec["path"]
-    seen[key] = sid
+            return opath
+    seen[key] = (sid, path)
     return None
+
+
+def _inode_index(tx: Any) -> dict[tuple[str, int, int], list[tuple[str, str]]]:
+    """(host, dev, inode) -> [(source id, path)] of the stored sources that record them."""
+    index: dict[tuple[str, int, int], list[tuple[str, str]]] = {}
+    for osid, rec in tx.man.sources.items():
+        if rec.get("dev") is not None and rec.get("inode") is not None:
+            key = (rec.get("host"), rec["dev"], rec["inode"])
+            index.setdefault(key, []).append((osid, rec.get("path")))
+    return index
 
 
 class _Hasher:

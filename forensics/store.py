@@ -291,7 +291,13 @@ class Store:
             self._cache_gen = man.generation
         if name in self._cache:
             return self._cache[name]
-        parts = [self.root / "tables" / name / p for p in man.tables.get(name, [])]
+        tdir = self.root / "tables" / name
+        if man.tables.get(name) and (tdir.is_symlink() or tdir.parent.is_symlink()):
+            raise StoreDamaged(
+                f"{tdir}: the table folder is a symlink (refused: it could point anywhere)",
+                hint=REPAIR_HINT,
+            )
+        parts = [tdir / p for p in man.tables.get(name, [])]
         frames = []
         for p in parts:
             try:

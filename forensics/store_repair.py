@@ -136,6 +136,10 @@ def check(store: Store) -> CheckReport:
                         rep.add("unreadable", f"{f} ({str(exc).splitlines()[0][:120]})")
     if tables_dir.is_symlink():
         rep.add("symlink", str(tables_dir))
+    with contextlib.suppress(OSError):
+        for tdir in sorted(tables_dir.iterdir()):
+            if tdir.is_symlink():
+                rep.add("symlink", str(tdir))
     for f in disk:
         key = (f.parent.name, f.name)
         if key in listed:
@@ -194,6 +198,11 @@ def repair(store: Store, *, lock_timeout: float | None = None) -> CheckReport:
             f = Path(item)
             if f.is_symlink() and f.parent.parent == store.root / "tables":
                 aside(f.parent.name, f, "symlink", "a symlink")
+            elif f.is_symlink() and f.parent == store.root / "tables":  # a table folder
+                dest = _set_aside(f, "symlink", stamp)
+                for p in list(man.tables.get(f.name, [])):
+                    _unlist(man, f.name, p)
+                rep.actions.append(f"{f}: a symlinked table folder, set aside as {dest}")
         man.meta[QUARANTINE_KEY] = log
         tx = Transaction(store, man)
         tx.dirty = bool(rep.actions) or bool(man.migrated) or rebuild

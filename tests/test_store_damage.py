@@ -166,3 +166,19 @@ def test_a_crashed_commit_leaves_nothing_that_the_next_writer_cannot_clean(label
     assert run(capsys, "ingest", str(FIXTURES / "sglang_eagle3_cg_5dt.log"))[0] == 0
     assert not crashed.exists() and not (tdir / "zzz.parquet.tmp").exists()
     assert os.path.exists(home() / "manifest.json")
+
+
+def test_symlinked_table_folder_is_refused_and_set_aside(labeled, capsys, tmp_path):
+    """Symlink class: a table folder replaced by a symlink (to anywhere) is not read: exit 7
+    naming it; repair renames the link (its target untouched) and the rest serves."""
+    tdir = home() / "tables" / "lines"
+    elsewhere = tmp_path / "lines-elsewhere"
+    shutil.move(tdir, elsewhere)
+    tdir.symlink_to(elsewhere, target_is_directory=True)
+    code, _, err = run(capsys, "show", "two_launches#1")
+    assert code == 7 and "table folder is a symlink" in err
+    code, out, _ = run(capsys, "store", "check", "--json")
+    assert code == 7 and json.loads(out)["findings"]["symlink"]["items"] == [str(tdir)]
+    assert run(capsys, "store", "repair")[0] == 0
+    assert elsewhere.is_dir() and not tdir.exists()
+    assert run(capsys, "show", "two_launches#1")[0] == 0
