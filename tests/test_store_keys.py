@@ -131,12 +131,13 @@ def test_migrations_a_store_written_by_the_previous_release_opens_and_is_migrate
         "sglang_two_launches#2",
     }
     assert runs["sglang_fail_capture"]["phase"] == "capture"  # the label
-    assert run(capsys, "--store", str(home), "baseline", "--tok-s", "91")[0] == 0  # a write
+    assert run(capsys, "--store", str(home), "label", "two_launches#1", "ok")[0] == 0  # a write
     man = json.loads((home / "manifest.json").read_text())
     assert man["schema_version"] == SCHEMA_VERSION
     assert [m["version"] for m in man["migrations"]] == [m.version for m in MIGRATIONS]
     assert Store.open(home).table("bench").height == 1
-    assert Store.open(home).table("labels")["phase"].to_list() == ["capture"]
+    assert sorted(Store.open(home).table("labels")["phase"].to_list()) == ["capture", "ok"]
+    assert man["meta"]["bench.baseline"]["tok_s"] == 90.0  # meta kept
     # the sources of v1 carry no content hash: the next ingest of a log re-reads it once
     log = tmp_path / "sglang_two_launches.log"
     shutil.copy(FIXTURES / "sglang_two_launches.log", log)
@@ -157,35 +158,40 @@ def test_schemas_a_newer_store_is_refused(tmp_path):
 
 
 def test_batched_commits_kill_9_loses_at_most_the_batch_and_reingest_completes(tmp_path):
-    """Batch class: 600 small logs; a kill -9 during the ingest leaves a readable store whose
-    sources are whole batches (never a file in part, never twice); the same command again
-    ingests the rest, and the store then equals a clean ingest of all files."""
+    """Batch class: 80 small logs in batches of 10 files; a kill -9 during the ingest leaves
+    a readable store whose sources are whole batches (never a file in part, never twice);
+    the same command again ingests the rest, and the store then equals a clean ingest."""
     logs = tmp_path / "logs"
     logs.mkdir()
     body = (FIXTURES / "sglang_two_launches.log").read_text()
-    for i in range(600):
+    for i in range(80):
         (logs / f"run_{i:04d}.log").write_text(body.replace("30000", str(31000 + i)))
     home = tmp_path / "st"
-    cmd = [sys.executable, "-m", "forensics", "--store", str(home), "ingest", str(logs)]
+    code = (
+        "import sys, forensics.ingest as i; i.BATCH_FILES = 10; i.BATCH_SECONDS = 1e9; "
+        "from forensics.cli import main; main(sys.argv[1:])"
+    )
+    cmd = [sys.executable, "-c", code, "--store", str(home), "ingest", str(logs)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     man = home / "manifest.json"
     deadline = time.monotonic() + 240
     while p.poll() is None and time.monotonic() < deadline:  # wait for the first commit
         if man.exists() and json.loads(man.read_text()).get("sources"):
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     p.send_signal(signal.SIGKILL)
     p.wait(30)
     st = Store.open(home)
     n = len(st.sources())
+    assert n % 10 == 0  # whole batches only
     runs = st.table("runs")
     assert runs.height == 2 * n  # every committed file whole: both of its launches
     assert runs.select("source_id", "run_index").is_duplicated().sum() == 0
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     st = Store.open(home)
-    assert len(st.sources()) == 600 and st.table("runs").height == 1200
-    assert st.table("decode").height == 600 * Store.open(_clean(tmp_path)).table("decode").height
+    assert len(st.sources()) == 80 and st.table("runs").height == 160
+    assert st.table("decode").height == 80 * Store.open(_clean(tmp_path)).table("decode").height
 
 
 def _clean(tmp_path):
