@@ -5,10 +5,10 @@ port in each) in a fresh folder, then in a fresh store, timed as separate proces
   1. `forensics ingest DIR` (wall time, files/min, the manifest's size after);
   2. the same command again (every file unchanged: each is read once to hash it).
 
-    .venv/bin/python scripts/bench_store.py                 # 10 100 1000 10000
-    .venv/bin/python scripts/bench_store.py --sizes 10 100  # a quick look
+    .venv/bin/python scripts/bench_ingest_many.py                 # 10 100 1000 10000
+    .venv/bin/python scripts/bench_ingest_many.py --sizes 10 100  # a quick look
 
-Writes bench-out/store.json and prints a Markdown table. With --code DIR the forensics of
+Writes bench-out/ingest_many.json and prints a Markdown table. With --code DIR the forensics of
 another checkout is measured (e.g. a `git worktree` of the release before batching).
 """
 
@@ -74,7 +74,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     OUT.mkdir(exist_ok=True)
-    (OUT / "store.json").write_text(json.dumps(rows, indent=1))
+    (OUT / "ingest_many.json").write_text(json.dumps(rows, indent=1))
     print("| files | ingest | files/min | re-ingest (unchanged) | manifest |")
     print("| ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
