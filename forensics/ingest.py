@@ -672,13 +672,23 @@ def _ingest_one(
     return out
 
 
+# The store's own files, relative to its folder (logs a launch or a sweep writes under
+# $FORENSICS_HOME/sweeps/..., evidence dumps, are not the store's: they may be ingested).
+STORE_FILES = ("manifest.json*", "store.lock", "tables/**", "models/**")
+
+
 def _inside(path: str, root: Path) -> bool:
-    """Is ``path`` one of the store's own files (anything under its folder)?"""
+    """Is ``path`` one of the store's own files (STORE_FILES under its folder)?"""
+    import fnmatch
+
     try:
-        r = os.path.realpath(root)
-        return os.path.commonpath([os.path.realpath(path), r]) == r
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
     except ValueError:
         return False
+    if rel.startswith(".."):
+        return False
+    return any(fnmatch.fnmatch(rel, pat) or rel.startswith(pat.split("/")[0] + "/")
+               for pat in STORE_FILES)  # fmt: skip
 
 
 def _device(host: Any, path: str) -> int | None:

@@ -82,6 +82,15 @@ LAUNCH_SCHEMA: dict[str, Any] = {
     "diagnosis": pl.String,  # JSON
 }
 
+SWEEP_JOURNAL_SCHEMA: dict[str, Any] = {  # forensics/sweep/journal.py: one row per event
+    "sweep": pl.String,
+    "seq": pl.Int64,
+    "at": pl.Datetime("us"),
+    "event": pl.String,
+    "key": pl.String,
+    "data": pl.String,
+}
+
 _F, _I, _S, _B = pl.Float64, pl.Int64, pl.String, pl.Boolean
 BENCH_SCHEMA: dict[str, Any] = {
     "bench_id": _S, "run_id": _S, "url": _S, "via": _S, "api": _S, "mode": _S,
@@ -139,6 +148,7 @@ TABLES: dict[str, Table] = {
         Table("labels", LABEL_SCHEMA, False, "forensics.classifier (forensics label)"),
         Table("launches", LAUNCH_SCHEMA, False, "forensics.launcher"),
         Table("journal", dict(JOURNAL_SCHEMA), False, "forensics.launcher"),
+        Table("sweep_journal", SWEEP_JOURNAL_SCHEMA, False, "forensics.sweep.journal"),
         Table(
             "bench",
             _union(

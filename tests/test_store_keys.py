@@ -80,8 +80,9 @@ def test_content_key_hard_links_are_ingested_once_and_own_files_never(tmp_path, 
     assert len(json.loads(run(capsys, "runs", "--json")[1])) == 1
 
     home = Store.open().root
-    (home / "notes.log").write_text("[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=1)\n")
-    code, out, _ = run(capsys, "ingest", "--json", "-r", str(home), str(home / "notes.log"))
+    own = home / "tables" / "lines" / "notes.log"
+    own.write_text("[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=1)\n")
+    code, out, _ = run(capsys, "ingest", "--json", "-r", str(home), str(own))
     assert json.loads(out)["files_by_status"] == {"skipped": 1}  # deduplicated, then skipped
     assert json.loads(out)["files_skipped"] == {"store": 1}
 

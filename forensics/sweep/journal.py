@@ -27,18 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from forensics.tables import SWEEP_JOURNAL_SCHEMA
+
 if TYPE_CHECKING:
     from forensics.store import Store
 
 TABLE = "sweep_journal"
-SCHEMA: dict[str, Any] = {
-    "sweep": pl.String,
-    "seq": pl.Int64,
-    "at": pl.Datetime("us"),
-    "event": pl.String,
-    "key": pl.String,
-    "data": pl.String,
-}
+SCHEMA = SWEEP_JOURNAL_SCHEMA  # declared with every table of the store
 EVENTS = ("plan", "start", "submit", "finish", "cleanup", "stop")
 
 # Called around every write: hook(event, "before" | "after"). Tests use it to die exactly at a
