@@ -873,12 +873,18 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def forensics_home() -> Path:
-    return Path(os.environ.get("FORENSICS_HOME") or ".forensics")
+    """Where forensics writes its state (forensics.home: honours --store)."""
+    from forensics.home import home
+
+    return home()
 
 
 def config_paths() -> list[Path]:
-    """Config files in precedence order (first wins per host name)."""
-    return [Path("forensics.toml"), forensics_home() / "config.toml"]
+    """Config files in precedence order (first wins per host name); --store does not move
+    them (forensics.home)."""
+    from forensics.home import default_home
+
+    return [Path("forensics.toml"), default_home() / "config.toml"]
 
 
 def parse_address(text: str, *, where: str = "address") -> tuple[str, str, int]:
@@ -1303,8 +1309,12 @@ class SSHHost(Host):
             p = Path(os.path.expanduser("~/.ssh/known_hosts"))
             if p.is_file():
                 files.append(p)
-        if project_known_hosts().is_file():
-            files.append(project_known_hosts())
+        from forensics.home import default_home
+
+        # keys accepted under the default home stay trusted under --store DIR
+        for p in dict.fromkeys([project_known_hosts(), default_home() / "known_hosts"]):
+            if p.is_file():
+                files.append(p)
         return files
 
     def _jump_channel(self):  # noqa: ANN202 - paramiko.Channel

@@ -42,10 +42,11 @@ CORRUPT_MARK = ".corrupt-"  # a quarantined part: <part>.corrupt-<timestamp>, ne
 
 
 def default_root() -> Path:
-    env = os.environ.get("FORENSICS_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path.cwd() / ".forensics"
+    """The store's folder when none is given: forensics.home (--store, $FORENSICS_HOME,
+    ./.forensics)."""
+    from forensics.home import home
+
+    return home()
 
 
 @dataclass
