@@ -46,7 +46,7 @@ def test_store_dir_holds_everything_a_launch_and_a_retrain_write(tmp_path):
     )  # fmt: skip
     try:
         assert res.exit_code == 0, res.output
-        assert json.loads(res.output)["log_path"] == str((other / "logs" / "homecheck.log"))
+        assert json.loads(res.output)["log_path"] == str(other / "logs" / "homecheck.log")
     finally:
         stop = runner.invoke(cli, ["--store", str(other), "stop", "homecheck"])
     assert stop.exit_code == 0, stop.output
