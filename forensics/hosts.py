@@ -44,6 +44,7 @@ import fnmatch
 import getpass
 import os
 import posixpath
+import queue
 import re
 import select
 import shlex
@@ -83,6 +84,8 @@ KEEPALIVE_S = 15  # S07: a dead connection is noticed by keepalive plus the dead
 KILL_GRACE_S = 2  # SIGTERM -> SIGKILL grace for a command past its deadline
 CHUNK = 8 << 20
 MAX_SFTP_REQUESTS = 64  # S13: SFTP read requests in flight per file
+STREAM_WINDOW = 8 << 20  # SSH channel window of SSHHost.stream (bytes in flight)
+STREAM_AHEAD = 16  # pieces (<= 1 MiB each) read ahead by SSHHost.stream
 
 
 # --------------------------------------------------------------------------------------------
@@ -1160,6 +1163,7 @@ class SSHHost(Host):
         self._jump: Host | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
+        self._sftp_lock = threading.RLock()
 
     # -- connection -----------------------------------------------------------------------
 
@@ -1427,6 +1431,79 @@ class SSHHost(Host):
             raise _deadline(self.address, script, timeout, res)
         return res
 
+    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> Iterator[bytes]:
+        """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
+        pieces; a read-ahead thread keeps at most ``window`` bytes waiting, so the transfer
+        goes on while the caller works on what came. Every wait is bounded by the op timeout
+        (S13). Raises RemoteError when it cannot start, the link drops, or the command exits
+        non-zero (its stderr in the message)."""
+        import paramiko
+
+        transport = self._transport()
+        try:
+            chan = transport.open_session(
+                window_size=window, max_packet_size=1 << 15, timeout=self.cfg.connect_timeout
+            )
+            chan.exec_command(shlex.join(["sh", "-c", script]))
+            chan.shutdown_write()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteError(
+                f"{self.address}: could not start a command: {exc}",
+                hint="the connection may have dropped; re-run",
+            ) from None
+        chan.settimeout(self.op_timeout)
+        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
+        stop = threading.Event()
+
+        def pull() -> None:
+            try:
+                while not stop.is_set():
+                    data = chan.recv(1 << 20)
+                    if not data:
+                        break
+                    ahead.put(data)
+                ahead.put(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                ahead.put(exc)
+
+        reader = threading.Thread(target=pull, name="forensics-stream", daemon=True)
+        reader.start()
+        try:
+            while True:
+                try:
+                    item = ahead.get(timeout=self.op_timeout + 5)
+                except queue.Empty:
+                    raise RemoteError(
+                        f"{self.address}: no data for {self.op_timeout:g} s",
+                        hint="the connection may have dropped; re-run",
+                    ) from None
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise RemoteError(
+                        f"{self.address}: connection lost while reading ({item})",
+                        hint="re-run; the bytes read so far were kept",
+                    )
+                yield item
+            rc = chan.recv_exit_status()
+            if rc != 0:
+                err = b""
+                with contextlib.suppress(Exception):
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 12)
+                raise RemoteError(
+                    f"{self.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
+                    hint="check the path and that the command exists on the host",
+                )
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                chan.close()
+            with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
+                while True:
+                    ahead.get_nowait()
+            reader.join(timeout=5)
+
     def _answers(self, transport: Any) -> bool:
         """Whether the server still opens a channel on ``transport`` (a liveness probe)."""
         try:
@@ -1505,7 +1582,10 @@ class SSHHost(Host):
 
     def _sftp_call(self, what: str, path: str, fn: Callable[[], Any]) -> Any:
         try:
-            return fn()
+            # one SFTP request at a time per connection: paramiko's client is not safe for
+            # concurrent requests (ingest opens the next logs from other threads)
+            with self._sftp_lock:
+                return fn()
         except (FileNotFoundError, PermissionError) as exc:
             raise path_error(f"{self.name}:{path}", exc) from None
         except TimeoutError:
@@ -1602,7 +1682,7 @@ class SSHHost(Host):
             yield from _read_upto(path, read, f.seek, offset, size, min(chunk, 4 << 20), limit)
         finally:
             with contextlib.suppress(Exception):
-                f.close()
+                self._sftp_call("close", path, f.close)
 
     def write(self, path: str, data: bytes, mode: int = 0o600) -> None:
         sftp = self.sftp()

@@ -40,9 +40,12 @@ from forensics.logsource import HEAD_BYTES, open_log
 from forensics.store import Store
 
 if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from forensics.bench_results import RunIndex
     from forensics_parsers.sglang import Frames
 
+READ_AHEAD = 4  # remote logs opened and streaming while an earlier file is parsed
 FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
 # are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
@@ -274,6 +277,66 @@ class _Buffer:
                 self.rows[t] = 0
 
 
+class _Ahead:
+    """Remote logs read in parallel with the parse: while file i is parsed, the next
+    ``READ_AHEAD`` remote logs new to the store are opened and their transfer started
+    (``LogSource.prefetch``), each from its own thread; the parse and
+    the store commits stay one file at a time, in the order given. A file the store already
+    knows is opened when its turn comes (its offset is decided inside its transaction)."""
+
+    def __init__(self, store: Store, files: list[tuple[Any, str]]):
+        from forensics.bench_results import is_results_file
+
+        known = store.manifest().sources if any(h.name != "local" for h, _ in files) else {}
+        self.todo = [
+            i
+            for i, (h, p) in enumerate(files)
+            if h.name != "local" and not is_results_file(p) and source_id(h.name, p) not in known
+        ]
+        self.files = files
+        self.futures: dict[int, Future] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    @staticmethod
+    def _open(host: Any, path: str) -> Any:
+        src = open_log(host, path, where=path)
+        src.prefetch(0)
+        return src
+
+    def advance(self, i: int) -> None:
+        """File ``i`` is next: close what earlier files left, start the ones after it."""
+        for j in [j for j in self.futures if j < i]:
+            self._close(self.futures.pop(j))
+        self.todo = [j for j in self.todo if j >= i]
+        while self.todo and len(self.futures) <= READ_AHEAD:  # this one and READ_AHEAD more
+            if self.pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self.pool = ThreadPoolExecutor(READ_AHEAD + 1, thread_name_prefix="forensics-open")
+            j = self.todo.pop(0)
+            host, path = self.files[j]
+            self.futures[j] = self.pool.submit(self._open, host, path)
+
+    def take(self, i: int) -> Future | None:
+        return self.futures.get(i)
+
+    @staticmethod
+    def _close(fut: Future) -> None:
+        if fut.cancel():
+            return
+        try:
+            fut.result().close()
+        except BaseException:  # noqa: BLE001 - its error was reported (or nobody asked)
+            pass
+
+    def close(self) -> None:
+        for fut in self.futures.values():
+            self._close(fut)
+        self.futures.clear()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def ingest(
     store: Store,
     inputs: list[str],
@@ -314,8 +377,10 @@ def ingest(
         )
     results_error: ForensicsError | None = None
     index: RunIndex | None = None
+    ahead = _Ahead(store, files)
     try:
         for i, (host, path) in enumerate(files):
+            ahead.advance(i)
             report = None
             if progress:
 
@@ -330,7 +395,7 @@ def ingest(
                 results_error = results_error or err
             else:
                 outcome = _ingest_one(
-                    store, host, path, summary, name_pattern, lock_timeout, report
+                    store, host, path, summary, name_pattern, lock_timeout, report, ahead.take(i)
                 )
             summary.files.append(outcome)
         # the verdict of a run changes with its log: classify what changed, once, here, so
@@ -348,6 +413,8 @@ def ingest(
             time.sleep(0)
         except KeyboardInterrupt:
             pass
+    finally:
+        ahead.close()
     summary.seconds = time.monotonic() - t0
     if results_error is not None and all(f.status == "failed" for f in summary.files):
         raise results_error  # nothing was ingested: the one-line error, not a summary
@@ -432,15 +499,17 @@ def _ingest_one(
     name_pattern: str | None,
     lock_timeout: float | None,
     report: Callable[[int, int], None] | None = None,
+    opened: Future | None = None,
 ) -> FileOutcome:
-    """Ingest one file in one transaction; ``report(done_bytes, total_bytes)`` per chunk."""
+    """Ingest one file in one transaction; ``report(done_bytes, total_bytes)`` per chunk.
+    ``opened``: its log source, opened (and its transfer started) ahead by ``_Ahead``."""
     from forensics.hosts import ReadIncomplete
 
     hname = host.name
     sid = source_id(hname, path)
     out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
     try:
-        src = open_log(host, path, where=path)
+        src = opened.result() if opened is not None else open_log(host, path, where=path)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
         return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
@@ -484,7 +553,7 @@ def _ingest_one(
         if st.size == 0:
             summary.warnings.append(f"{path}: empty file (0 bytes)")
         date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
-        from concurrent.futures import Future, ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor
 
         import polars as pl
 
