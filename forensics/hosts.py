@@ -42,6 +42,7 @@ import dataclasses
 import errno
 import fnmatch
 import getpass
+import math
 import os
 import posixpath
 import queue
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     import paramiko
 
 DEFAULT_CONNECT_TIMEOUT = 10.0  # S01: TCP connect, SSH banner and auth each get this long
+MAX_CONNECT_TIMEOUT = 600.0  # a connect_timeout past this (inf, 1e308) would wait for ever
 DEFAULT_OP_TIMEOUT = 30.0  # S13: one SFTP operation (stat, listdir, one read request)
 KEEPALIVE_S = 15  # S07: a dead connection is noticed by keepalive plus the deadlines
 KILL_GRACE_S = 2  # SIGTERM -> SIGKILL grace for a command past its deadline
@@ -944,7 +946,35 @@ def load_config(paths: list[Path] | None = None) -> dict[str, Any]:
             if name in hosts:
                 continue
             hosts[name] = _host_config(path, name, table)
+    _check_jumps(hosts)
     return {"hosts": hosts, "raw": raw}
+
+
+def _check_jumps(hosts: dict[str, HostConfig]) -> None:
+    """Every ``jump`` names a configured host (or is a ``user@host`` address) and the chain of
+    jumps ends: a host that jumps to itself, or A -> B -> A, would connect for ever."""
+    for name, cfg in hosts.items():
+        chain = [name]
+        nxt = cfg.jump
+        while nxt:
+            if nxt not in hosts:
+                if "@" not in nxt:
+                    raise ConfigError(
+                        f"{hosts[chain[-1]].source}: hosts.{chain[-1]}.jump = {nxt!r}: "
+                        "no such host",
+                        hint=f"add [hosts.{nxt}] or give an address (user@host[:port])",
+                    )
+                break
+            if nxt in chain:
+                cycle = " -> ".join([*chain[chain.index(nxt) :], nxt])
+                raise ConfigError(
+                    f"{hosts[chain[-1]].source}: hosts.{chain[-1]}.jump: the jumps go round "
+                    f"in a circle ({cycle})",
+                    hint="the last host of a jump chain must be reachable directly: "
+                    "remove one of these jump keys",
+                )
+            chain.append(nxt)
+            nxt = hosts[nxt].jump
 
 
 def _host_config(path: Path, name: str, table: Any) -> HostConfig:
@@ -965,8 +995,17 @@ def _host_config(path: Path, name: str, table: Any) -> HostConfig:
             raise ConfigError(f"{where}.{key}: must be a string", hint="quote the value")
     user, host, port = parse_address(table["address"], where=f"{where}.address")
     timeout = table.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ConfigError(f"{where}.connect_timeout: must be a positive number", hint="e.g. 10")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_CONNECT_TIMEOUT
+    ):
+        raise ConfigError(
+            f"{where}.connect_timeout = {timeout!r}: must be a number of seconds, "
+            f"more than 0 and at most {MAX_CONNECT_TIMEOUT:g}",
+            hint="e.g. connect_timeout = 10",
+        )
     return HostConfig(
         name=name,
         user=user,
