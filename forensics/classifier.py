@@ -44,6 +44,7 @@ import forensics_parsers.sglang as sglang_parser
 from forensics import frames as frames_table
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
+from forensics.runs import CLASSIFIER_COLUMNS
 
 PHASES = sigs.PHASES
 MODEL_VERSION = 3
@@ -288,18 +289,8 @@ def analyze(
     config = {}
     if not runs.is_empty():
         row = runs.row(-1, named=True)
-        config = {
-            k: row.get(k)
-            for k in (
-                "num_steps",
-                "topk",
-                "num_draft_tokens",
-                "cuda_graph",
-                "tp_size",
-                "mem_fraction",
-                "spec_algorithm",
-            )
-        }
+        # the configuration the explanations use, declared once (forensics.runs)
+        config = {k: row.get(k) for k in CLASSIFIER_COLUMNS}
     ready_line = min(ready) if ready else None
     # before "ready" the server sends itself a warm-up request (http_server's
     # _execute_server_warmup / _wait_and_warmup: max_new_tokens 8, fewer than the decode log
