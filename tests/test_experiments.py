@@ -227,3 +227,14 @@ def test_a_label_puts_runs_in_one_experiment(tmp_path):
         f"{K8}: 3 runs (1 failed, 2 speculative); baseline: 90.0 tok/s (kimi8_plain) from best "
         "single-stream plain run"
     )
+
+
+def test_diagnose_compares_with_a_run_of_the_same_experiment(mixed):
+    """The closest run that worked is a Kimi tp8 single-stream one, though Llama and Qwen runs
+    share more of the crashed run's speculative settings' values."""
+    from forensics.diagnose import diagnose
+
+    (rep,) = diagnose(mixed, "kimi8_cg_2step")
+    cmp = rep["comparison"]
+    assert cmp["closest"]["name"] in {"kimi8_plain", "kimi8_cg_5dt"}
+    assert cmp["warning"] is None
