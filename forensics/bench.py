@@ -1207,6 +1207,23 @@ class _Runner:
             await asyncio.wait({task})
 
     # -- lifecycle ---------------------------------------------------------------------
+    async def _wait_body(self, main: asyncio.Task[None], deadline_at: float | None) -> None:
+        """Wait for the benchmark body; past the deadline stop it, then cut what still waits."""
+        remaining = deadline_at - time.perf_counter() if deadline_at else None
+        done, _ = await asyncio.wait({main}, timeout=remaining)
+        if not done:
+            self.request_stop("deadline")
+            # the requests are cancelled; give the bookkeeping a moment, then cut
+            # whatever still waits (a /server_info or /flush_cache that never
+            # answers): the deadline bounds the whole benchmark
+            done, _ = await asyncio.wait({main}, timeout=DEADLINE_GRACE_S)
+            if not done:
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await main
+        elif main.exception() is not None:
+            raise main.exception()  # type: ignore[misc]
+
     def request_stop(self, reason: str) -> None:
         if reason == "interrupt" and self.stop_reason == "interrupt":
             raise KeyboardInterrupt  # a second Ctrl-C: stop waiting
@@ -1389,20 +1406,16 @@ class _Runner:
                         info_after = await self.server_info(session)
 
                 main = asyncio.create_task(body())
-                remaining = deadline_at - time.perf_counter() if deadline_at else None
-                done, _ = await asyncio.wait({main}, timeout=remaining)
-                if not done:
-                    self.request_stop("deadline")
-                    # the requests are cancelled; give the bookkeeping a moment, then cut
-                    # whatever still waits (a /server_info or /flush_cache that never
-                    # answers): the deadline bounds the whole benchmark
-                    done, _ = await asyncio.wait({main}, timeout=DEADLINE_GRACE_S)
-                    if not done:
+                try:
+                    await self._wait_body(main, deadline_at)
+                finally:
+                    # never leave the session with body() still running: a Ctrl-C that
+                    # cancels this task would let it call a closed session and print a
+                    # traceback ("Session is closed") after the run
+                    if not main.done():
                         main.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):
                             await main
-                elif main.exception() is not None:
-                    raise main.exception()  # type: ignore[misc]
         finally:
             await self.stop_sampling()  # body() stops it; this covers a cancelled body()
             for sig in installed:

@@ -44,6 +44,7 @@ import forensics_parsers.sglang as sglang_parser
 from forensics import frames as frames_table
 from forensics import signatures as sigs
 from forensics.errors import ForensicsError, InputNotFound, RunNotFound, StoreError, UsageError
+from forensics.runs import CLASSIFIER_COLUMNS
 from forensics.tables import LABEL_SCHEMA, VERDICT_SCHEMA  # declared with every table
 
 PHASES = sigs.PHASES
@@ -177,6 +178,8 @@ class Analysis:
     decided: bool = False  # the text places the phase (else the phase is the likeliest guess)
     basis: str = ""  # what placed it (BASIS_CONFIDENCE key)
     ended: bool = False  # a line proves the process tree exited (not hung)
+    proof_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, SERVING_PROOF id)
+    harness_end: int | None = None  # a test harness's closing line (HARNESS_END)
 
 
 def _frame_phase(frames: list[tuple[str, str]]) -> str | None:
@@ -232,6 +235,12 @@ def analyze(
             (li, k, t or "")
             for li, k, t in ln.sort("line").select("line", "kind", "text").iter_rows()
         ]
+    # a client's result printed in the log proves serving (signatures.SERVING_PROOF)
+    proof = sigs.serving_proof((li, t) for li, _, t in lines)
+    if proof:
+        served_lines = sorted(served_lines + [(li, "") for li, _ in proof])
+        ndec += len(proof)
+    harness_end = next((li for li, _, t in lines if sigs.HARNESS_END.search(t.strip())), None)
     shutdown = any(st in ("shutdown_begin", "shutdown_end") for st, _, _ in stages)
     errors: list[ErrorRec] = []
     if not er.is_empty():
@@ -281,25 +290,16 @@ def analyze(
     config = {}
     if not runs.is_empty():
         row = runs.row(-1, named=True)
-        config = {
-            k: row.get(k)
-            for k in (
-                "num_steps",
-                "topk",
-                "num_draft_tokens",
-                "cuda_graph",
-                "tp_size",
-                "mem_fraction",
-                "spec_algorithm",
-            )
-        }
+        # the configuration the explanations use, declared once (forensics.runs)
+        config = {k: row.get(k) for k in CLASSIFIER_COLUMNS}
     ready_line = min(ready) if ready else None
     # before "ready" the server sends itself a warm-up request (http_server's
     # _execute_server_warmup / _wait_and_warmup: max_new_tokens 8, fewer than the decode log
     # interval, so it prints prefill lines only): prefill lines after the startup's end with
     # no ready line and no decode line are that request, not serving
     warmup_traffic = (
-        ready_line is None
+        not proof
+        and ready_line is None
         and bool(served_lines)
         and (dec is None or dec.is_empty())
         and any(st in WARMUP_AFTER and li < served_lines[0][0] for st, _, li in stages)
@@ -327,6 +327,8 @@ def analyze(
         served_lines=served_lines,
         stage_ranks=stage_ranks,
         first_server_line=first_server_line,
+        proof_lines=proof,
+        harness_end=harness_end,
     )
     for e in a.errors:
         e.routine = _routine(a, e)
@@ -369,6 +371,18 @@ def _client_after_serving(a: Analysis, e: ErrorRec) -> bool:
     )
 
 
+def _after_harness(a: Analysis, e: ErrorRec) -> bool:
+    return a.harness_end is not None and e.line > a.harness_end
+
+
+def _harness_after_proof(a: Analysis, e: ErrorRec) -> bool:
+    return (
+        bool(a.proof_lines)
+        and e.line > a.proof_lines[0][0]
+        and any(HARNESS_FRAME.search(f) for f, _ in e.frames)
+    )
+
+
 def _kept_serving(a: Analysis, e: ErrorRec) -> bool:
     return any(li > e.last_line and (not e.rank or r == e.rank) for li, r in a.served_lines)
 
@@ -388,6 +402,12 @@ ROUTINE_CONTEXT: list[tuple[str, str, Any]] = [
         _client_after_serving,
     ),
     ("kept_serving", "the server went on serving after it (one request failed)", _kept_serving),
+    ("after_harness", "printed after the test harness finished (kubectl, a shell)", _after_harness),
+    (
+        "harness_after_serving",
+        "a traceback through a test harness after a client's results proved serving",
+        _harness_after_proof,
+    ),
 ]
 
 

@@ -84,6 +84,10 @@ def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["store_path"] = store_path
+    if store_path is not None:  # the one home: every file this command writes goes under it
+        from forensics.home import using
+
+        ctx.with_resource(using(store_path))
     ctx.obj["debug"] = debug or bool(os.environ.get("FORENSICS_DEBUG"))
 
 

@@ -21,6 +21,7 @@ def register(cli: click.Group) -> None:
     cli.add_command(plot_cmd)
     cli.add_command(report_cmd)
     cli.add_command(advise_cmd)
+    cli.add_command(experiments_cmd)
 
 
 @click.command("plot")
@@ -123,3 +124,54 @@ def advise_cmd(ctx, match, baseline, group_by, as_json):
         echo_json(data)
     else:
         click.echo(render_advice(data))
+
+
+@click.command("experiments")
+@click.option(
+    "--label",
+    "label",
+    metavar="NAME",
+    default=None,
+    help="Put the runs MATCH names into experiment NAME (whatever their key says).",
+)
+@click.option("--unlabel", is_flag=True, help="Give the runs MATCH names back their key.")
+@click.argument("match", required=False)
+@group_by_option()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def experiments_cmd(ctx, label, unlabel, match, group_by, as_json):
+    """The experiments: runs compared only with each other (model, layout, hardware and
+    benchmark shape), with their runs, failures and baseline.
+
+    With --label NAME MATCH (or --unlabel MATCH), choose the experiment of those runs.
+    """
+    from forensics import experiment
+
+    if (label is not None or unlabel) and not match:
+        raise click.UsageError("--label and --unlabel need MATCH: the runs to (un)label")
+    if label is not None and unlabel:
+        raise click.UsageError("give --label NAME or --unlabel, not both")
+    if label is not None or unlabel:
+        store = get_store(ctx)
+        rows = experiment.set_label(store, match, None if unlabel else label)
+        if as_json:
+            echo_json(rows)
+        else:
+            for r in rows:
+                click.echo(f"{r['name']}: experiment {r['experiment'] or '(its key)'}")
+        return
+    if match:
+        raise click.UsageError("MATCH goes with --label NAME or --unlabel")
+    store = get_store(ctx, create=False)
+    rows = experiment.experiments_table(store, group_by)
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
+        return
+    for r in rows:
+        click.echo(
+            f"{r['experiment']}: {r['runs']} runs ({r['failed']} failed, "
+            f"{r['speculative']} speculative); baseline: {r['baseline'] or 'none'}"
+        )

@@ -218,3 +218,51 @@ def cross_warning(what: str, ref_exp: str | None, exp: str) -> str | None:
         f"{what} is from another experiment ({ref_exp}), not {exp}: this comparison "
         "crosses experiments (model, layout, hardware or benchmark shape differ)"
     )
+
+
+def set_label(store, match: str, label: str | None) -> list[dict[str, str]]:
+    """Put the runs MATCH names (the one name rule) into experiment ``label`` (None: back to
+    their key). Returns [{run_id, name, experiment}] of the runs changed."""
+    from forensics.runs import find_runs
+
+    if label is not None and not label.strip():
+        raise UsageError("--label: an empty experiment name", hint="--label 'kimi tuning'")
+    hits = find_runs(store, match, classify=False)
+    labels = dict(store.get_meta(LABELS_META) or {})
+    out = []
+    for rid, name in hits.select("run_id", "name").iter_rows():
+        if label is None:
+            labels.pop(rid, None)
+        else:
+            labels[rid] = label.strip()
+        out.append({"run_id": rid, "name": name, "experiment": label})
+    store.set_meta(LABELS_META, labels)
+    return out
+
+
+def experiments_table(store, group_by: str | list[str] | None = None) -> list[dict]:
+    """Every experiment: its runs, failed runs, speculative runs and baseline (biggest first)."""
+    import polars as pl
+
+    from forensics.advise import run_points
+    from forensics.baseline import resolve
+
+    pts = run_points(store, group_by=group_by)
+    if pts.is_empty():
+        return []
+    exps = order(pts)
+    out = []
+    for exp in exps:
+        mine = pts.filter(pl.col("experiment") == exp)
+        base = resolve(store, pts, exp, n_experiments=len(exps))
+        out.append(
+            {
+                "experiment": exp,
+                "runs": mine.height,
+                "failed": int(mine["failed"].sum()),
+                "speculative": int(mine["spec"].sum()),
+                "baseline": base.describe() if base else None,
+                "baseline_tok_s": base.tok_s if base else None,
+            }
+        )
+    return out

@@ -42,8 +42,10 @@ import dataclasses
 import errno
 import fnmatch
 import getpass
+import math
 import os
 import posixpath
+import queue
 import re
 import select
 import shlex
@@ -78,11 +80,14 @@ if TYPE_CHECKING:
     import paramiko
 
 DEFAULT_CONNECT_TIMEOUT = 10.0  # S01: TCP connect, SSH banner and auth each get this long
+MAX_CONNECT_TIMEOUT = 600.0  # a connect_timeout past this (inf, 1e308) would wait for ever
 DEFAULT_OP_TIMEOUT = 30.0  # S13: one SFTP operation (stat, listdir, one read request)
 KEEPALIVE_S = 15  # S07: a dead connection is noticed by keepalive plus the deadlines
 KILL_GRACE_S = 2  # SIGTERM -> SIGKILL grace for a command past its deadline
 CHUNK = 8 << 20
 MAX_SFTP_REQUESTS = 64  # S13: SFTP read requests in flight per file
+STREAM_WINDOW = 8 << 20  # SSH channel window of SSHHost.stream (bytes in flight)
+STREAM_AHEAD = 16  # pieces (<= 1 MiB each) read ahead by SSHHost.stream
 
 
 # --------------------------------------------------------------------------------------------
@@ -873,12 +878,18 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 def forensics_home() -> Path:
-    return Path(os.environ.get("FORENSICS_HOME") or ".forensics")
+    """Where forensics writes its state (forensics.home: honours --store)."""
+    from forensics.home import home
+
+    return home()
 
 
 def config_paths() -> list[Path]:
-    """Config files in precedence order (first wins per host name)."""
-    return [Path("forensics.toml"), forensics_home() / "config.toml"]
+    """Config files in precedence order (first wins per host name); --store does not move
+    them (forensics.home)."""
+    from forensics.home import default_home
+
+    return [Path("forensics.toml"), default_home() / "config.toml"]
 
 
 def parse_address(text: str, *, where: str = "address") -> tuple[str, str, int]:
@@ -935,7 +946,35 @@ def load_config(paths: list[Path] | None = None) -> dict[str, Any]:
             if name in hosts:
                 continue
             hosts[name] = _host_config(path, name, table)
+    _check_jumps(hosts)
     return {"hosts": hosts, "raw": raw}
+
+
+def _check_jumps(hosts: dict[str, HostConfig]) -> None:
+    """Every ``jump`` names a configured host (or is a ``user@host`` address) and the chain of
+    jumps ends: a host that jumps to itself, or A -> B -> A, would connect for ever."""
+    for name, cfg in hosts.items():
+        chain = [name]
+        nxt = cfg.jump
+        while nxt:
+            if nxt not in hosts:
+                if "@" not in nxt:
+                    raise ConfigError(
+                        f"{hosts[chain[-1]].source}: hosts.{chain[-1]}.jump = {nxt!r}: "
+                        "no such host",
+                        hint=f"add [hosts.{nxt}] or give an address (user@host[:port])",
+                    )
+                break
+            if nxt in chain:
+                cycle = " -> ".join([*chain[chain.index(nxt) :], nxt])
+                raise ConfigError(
+                    f"{hosts[chain[-1]].source}: hosts.{chain[-1]}.jump: the jumps go round "
+                    f"in a circle ({cycle})",
+                    hint="the last host of a jump chain must be reachable directly: "
+                    "remove one of these jump keys",
+                )
+            chain.append(nxt)
+            nxt = hosts[nxt].jump
 
 
 def _host_config(path: Path, name: str, table: Any) -> HostConfig:
@@ -956,8 +995,17 @@ def _host_config(path: Path, name: str, table: Any) -> HostConfig:
             raise ConfigError(f"{where}.{key}: must be a string", hint="quote the value")
     user, host, port = parse_address(table["address"], where=f"{where}.address")
     timeout = table.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ConfigError(f"{where}.connect_timeout: must be a positive number", hint="e.g. 10")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_CONNECT_TIMEOUT
+    ):
+        raise ConfigError(
+            f"{where}.connect_timeout = {timeout!r}: must be a number of seconds, "
+            f"more than 0 and at most {MAX_CONNECT_TIMEOUT:g}",
+            hint="e.g. connect_timeout = 10",
+        )
     return HostConfig(
         name=name,
         user=user,
@@ -1154,6 +1202,7 @@ class SSHHost(Host):
         self._jump: Host | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
+        self._sftp_lock = threading.RLock()
 
     # -- connection -----------------------------------------------------------------------
 
@@ -1303,8 +1352,12 @@ class SSHHost(Host):
             p = Path(os.path.expanduser("~/.ssh/known_hosts"))
             if p.is_file():
                 files.append(p)
-        if project_known_hosts().is_file():
-            files.append(project_known_hosts())
+        from forensics.home import default_home
+
+        # keys accepted under the default home stay trusted under --store DIR
+        for p in dict.fromkeys([project_known_hosts(), default_home() / "known_hosts"]):
+            if p.is_file():
+                files.append(p)
         return files
 
     def _jump_channel(self):  # noqa: ANN202 - paramiko.Channel
@@ -1417,6 +1470,79 @@ class SSHHost(Host):
             raise _deadline(self.address, script, timeout, res)
         return res
 
+    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> Iterator[bytes]:
+        """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
+        pieces; a read-ahead thread keeps at most ``window`` bytes waiting, so the transfer
+        goes on while the caller works on what came. Every wait is bounded by the op timeout
+        (S13). Raises RemoteError when it cannot start, the link drops, or the command exits
+        non-zero (its stderr in the message)."""
+        import paramiko
+
+        transport = self._transport()
+        try:
+            chan = transport.open_session(
+                window_size=window, max_packet_size=1 << 15, timeout=self.cfg.connect_timeout
+            )
+            chan.exec_command(shlex.join(["sh", "-c", script]))
+            chan.shutdown_write()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteError(
+                f"{self.address}: could not start a command: {exc}",
+                hint="the connection may have dropped; re-run",
+            ) from None
+        chan.settimeout(self.op_timeout)
+        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
+        stop = threading.Event()
+
+        def pull() -> None:
+            try:
+                while not stop.is_set():
+                    data = chan.recv(1 << 20)
+                    if not data:
+                        break
+                    ahead.put(data)
+                ahead.put(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                ahead.put(exc)
+
+        reader = threading.Thread(target=pull, name="forensics-stream", daemon=True)
+        reader.start()
+        try:
+            while True:
+                try:
+                    item = ahead.get(timeout=self.op_timeout + 5)
+                except queue.Empty:
+                    raise RemoteError(
+                        f"{self.address}: no data for {self.op_timeout:g} s",
+                        hint="the connection may have dropped; re-run",
+                    ) from None
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise RemoteError(
+                        f"{self.address}: connection lost while reading ({item})",
+                        hint="re-run; the bytes read so far were kept",
+                    )
+                yield item
+            rc = chan.recv_exit_status()
+            if rc != 0:
+                err = b""
+                with contextlib.suppress(Exception):
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 12)
+                raise RemoteError(
+                    f"{self.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
+                    hint="check the path and that the command exists on the host",
+                )
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                chan.close()
+            with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
+                while True:
+                    ahead.get_nowait()
+            reader.join(timeout=5)
+
     def _answers(self, transport: Any) -> bool:
         """Whether the server still opens a channel on ``transport`` (a liveness probe)."""
         try:
@@ -1495,7 +1621,10 @@ class SSHHost(Host):
 
     def _sftp_call(self, what: str, path: str, fn: Callable[[], Any]) -> Any:
         try:
-            return fn()
+            # one SFTP request at a time per connection: paramiko's client is not safe for
+            # concurrent requests (ingest opens the next logs from other threads)
+            with self._sftp_lock:
+                return fn()
         except (FileNotFoundError, PermissionError) as exc:
             raise path_error(f"{self.name}:{path}", exc) from None
         except TimeoutError:
@@ -1592,7 +1721,7 @@ class SSHHost(Host):
             yield from _read_upto(path, read, f.seek, offset, size, min(chunk, 4 << 20), limit)
         finally:
             with contextlib.suppress(Exception):
-                f.close()
+                self._sftp_call("close", path, f.close)
 
     def write(self, path: str, data: bytes, mode: int = 0o600) -> None:
         sftp = self.sftp()

@@ -50,6 +50,8 @@ from forensics.logsource import HEAD_BYTES, open_log
 from forensics.store import Store
 
 if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
+    from concurrent.futures import Future
+
     from forensics.bench_results import RunIndex
     from forensics_parsers.sglang import Frames
 
@@ -591,7 +593,7 @@ def _ingest_one(
     if st.size == 0:
         summary.warnings.append(f"{path}: empty file (0 bytes)")
     date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
-    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     import polars as pl
 
@@ -780,6 +782,9 @@ class _TappedHost:
 
     def __init__(self, host: Any, hasher: _Hasher):
         self._host, self._hasher = host, hasher
+
+    # no exec-channel stream: its wire bytes would pass the hash by; SFTP reads feed it
+    stream = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._host, name)

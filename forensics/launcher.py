@@ -34,6 +34,7 @@ launch_id) and ``journal`` (parsed journal lines, see parsers/journal.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import posixpath
@@ -1109,51 +1110,16 @@ def _run(
     log_text = _log_tail(host, recipe.log_path, start=log_start)
     log_exists = recipe.log_path is not None and host.exists(recipe.log_path)
     if status != "ready" and diag["cause"] is None:
-        sig = match_log(log_text) if log_text else None
-        port_finding = next((f for f in findings if f.id == "port-in-use"), None)
-        if port_finding is not None:
-            diag.update(
-                cause="port-in-use",
-                phase="pre-exec",
-                explanation=port_finding.explanation
-                + (f" The log says: {sig['line'].strip()[:200]}" if sig else ""),
-                next_steps=[port_finding.alternative],
-            )
-        elif sig:
-            diag.update(
-                cause=sig["id"],
-                phase=sig.get("phase"),
-                explanation=f"the server failed: {sig.get('explanation')}: "
-                f"{(sig.get('line') or '').strip()[:200]}",
-                next_steps=[sig["fix"]] if sig.get("fix") else [],
-            )
-        elif status == "timeout" and unverified:
-            diag.update(
-                cause="health-unverified",
-                phase=_phase_of(stages),
-                explanation=f"{unverified}; not ready within {health_deadline:g} s",
-                next_steps=[
-                    "py-spy dump the scheduler processes (a dead or stuck scheduler keeps "
-                    "/health green on some SGLang versions); check nvidia-smi and the log tail"
-                ],
-            )
-        elif status == "timeout":
-            diag.update(
-                cause="health-timeout",
-                phase=_phase_of(stages),
-                explanation=f"/health did not answer 200 within {health_deadline:g} s; last "
-                f"stage seen: {stages[-1] if stages else 'none'}",
-                next_steps=["py-spy dump the scheduler processes; check nvidia-smi"],
-            )
-        elif status == "failed":
-            end = frame.filter((pl.col("event") == "end") & (pl.col("kind").is_null()))
-            diag.update(
-                cause="server-exited",
-                phase=_phase_of(stages),
-                explanation="the server process exited before /health answered"
-                + (f" ({_rc_text(end['rc'][-1])})" if not end.is_empty() else ""),
-                next_steps=["read the log tail below"],
-            )
+        ctx = _CauseContext(
+            status=status,
+            sig=match_log(log_text) if log_text else None,
+            port_finding=next((f for f in findings if f.id == "port-in-use"), None),
+            unverified=unverified,
+            stages=stages,
+            health_deadline=health_deadline,
+            frame=frame,
+        )
+        diag.update(launch_cause(ctx))
     evidence = None
     pgid = server_pid
     if status != "ready":
@@ -1199,6 +1165,103 @@ def _run(
         },
     )
     return result
+
+
+@dataclasses.dataclass
+class _CauseContext:
+    """What the launch saw, for the LAUNCH_CAUSES rows."""
+
+    status: str  # failed | timeout
+    sig: dict[str, Any] | None  # the log's signature (match_log)
+    port_finding: Any  # lint's port-in-use finding, or None
+    unverified: str | None  # why a green /health was not trusted
+    stages: list[str]
+    health_deadline: float
+    frame: pl.DataFrame  # the journal
+
+    @property
+    def phase(self) -> str:
+        return _phase_of(self.stages)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCause:
+    """Why a launch did not become ready, when the journal alone does not say (a row)."""
+
+    id: str  # the cause recorded; "signature": the log signature's own id
+    applies: Callable[[_CauseContext], bool]
+    explain: Callable[[_CauseContext], str]
+    remedies: tuple[str, ...] = ()  # what to try; the row's fix() when it depends on the launch
+    fix: Callable[[_CauseContext], list[str]] | None = None
+    phase: Callable[[_CauseContext], str | None] = lambda c: c.phase
+
+
+def _log_says(c: _CauseContext) -> str:
+    return f" The log says: {c.sig['line'].strip()[:200]}" if c.sig else ""
+
+
+def _exit_text(c: _CauseContext) -> str:
+    end = c.frame.filter((pl.col("event") == "end") & (pl.col("kind").is_null()))
+    return f" ({_rc_text(end['rc'][-1])})" if not end.is_empty() else ""
+
+
+# Most specific first; the first row that applies is the cause (after JOURNAL_CAUSES).
+LAUNCH_CAUSES: tuple[LaunchCause, ...] = (
+    LaunchCause(
+        "port-in-use",
+        applies=lambda c: c.port_finding is not None,
+        phase=lambda c: "pre-exec",
+        explain=lambda c: c.port_finding.explanation + _log_says(c),
+        fix=lambda c: [c.port_finding.alternative],
+    ),
+    LaunchCause(
+        "signature",
+        applies=lambda c: c.sig is not None,
+        phase=lambda c: c.sig.get("phase"),
+        explain=lambda c: (
+            f"the server failed: {c.sig.get('explanation')}: "
+            f"{(c.sig.get('line') or '').strip()[:200]}"
+        ),
+        fix=lambda c: [c.sig["fix"]] if c.sig.get("fix") else [],
+    ),
+    LaunchCause(
+        "health-unverified",
+        applies=lambda c: c.status == "timeout" and bool(c.unverified),
+        explain=lambda c: f"{c.unverified}; not ready within {c.health_deadline:g} s",
+        remedies=(
+            "py-spy dump the scheduler processes (a dead or stuck scheduler keeps /health "
+            "green on some SGLang versions); check nvidia-smi and the log tail",
+        ),
+    ),
+    LaunchCause(
+        "health-timeout",
+        applies=lambda c: c.status == "timeout",
+        explain=lambda c: (
+            f"/health did not answer 200 within {c.health_deadline:g} s; last "
+            f"stage seen: {c.stages[-1] if c.stages else 'none'}"
+        ),
+        remedies=("py-spy dump the scheduler processes; check nvidia-smi",),
+    ),
+    LaunchCause(
+        "server-exited",
+        applies=lambda c: c.status == "failed",
+        explain=lambda c: "the server process exited before /health answered" + _exit_text(c),
+        remedies=("read the log tail below",),
+    ),
+)
+
+
+def launch_cause(ctx: _CauseContext) -> dict[str, Any]:
+    """The first LAUNCH_CAUSES row that applies, as the diagnosis' fields ({} for none)."""
+    for row in LAUNCH_CAUSES:
+        if row.applies(ctx):
+            return {
+                "cause": ctx.sig["id"] if row.id == "signature" else row.id,
+                "phase": row.phase(ctx),
+                "explanation": row.explain(ctx),
+                "next_steps": row.fix(ctx) if row.fix else list(row.remedies),
+            }
+    return {}
 
 
 def _phase_of(stages: list[str]) -> str:

@@ -30,7 +30,9 @@ from __future__ import annotations
 import bz2
 import codecs
 import io
+import itertools
 import lzma
+import shlex
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -165,6 +167,43 @@ ENCODINGS: tuple[tuple[bytes, str], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Wire:
+    """How a remote plain log travels (``LogSource._streamed``): ``command`` reads the log on
+    stdin and writes what goes on the wire; ``decompressor`` undoes it (None: as is)."""
+
+    name: str
+    command: str
+    decompressor: Callable[[], Any] | None
+    feed: int = 1 << 20  # wire bytes per decompress call: bounds what one call can expand to
+
+
+# First the host has wins (logs compress ~10x, so the link and paramiko's per-packet work
+# carry a tenth); ``cat`` is always there.
+WIRE: tuple[Wire, ...] = (
+    # a NUL-padded tail compresses > 1000x: small feeds keep each call's output small
+    Wire("zstd", "zstd -q -c -1", _zstd, feed=256),
+    Wire("gzip", "gzip -c -1", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), feed=1 << 10),
+    Wire("cat", "cat", None),
+)
+
+
+def wire_script(path: str, start: int, length: int, wires: tuple[Wire, ...] = WIRE) -> str:
+    """A POSIX sh script: bytes [start, start+length) of ``path`` through the first of
+    ``wires`` whose program the host has (the last is the fallback), its name on line 1."""
+    last = wires[-1]
+    script = f"w={last.name}; z={shlex.quote(last.command)}; "
+    for w in reversed(wires[:-1]):  # if the first is there ... else (the next test) ... fi
+        script = (
+            f"if command -v {shlex.quote(w.command.split()[0])} >/dev/null 2>&1; "
+            f"then w={w.name}; z={shlex.quote(w.command)}; else {script}fi; "
+        )
+    return (
+        f"{script}printf '%s\\n' \"$w\"; "
+        f"tail -c +{start + 1} -- {shlex.quote(path)} | head -c {length} | $z"
+    )
+
+
 def _format_of(head: bytes) -> Format | None:
     for f in FORMATS:
         at = TAR_MAGIC_AT if f.name == "tar" else 0
@@ -235,6 +274,7 @@ class LogSource:
     encoding: str  # of the (decompressed) text
     bom: int  # its BOM's length (dropped)
     notes: list[str] = field(default_factory=list)
+    _ahead: tuple[int, tuple[Wire, bytes, Iterator[bytes]]] | None = field(default=None, repr=False)
 
     @property
     def transformed(self) -> bool:
@@ -268,10 +308,10 @@ class LogSource:
         if self.encoding != "utf-8":
             width = 4 if "32" in self.encoding else 2  # start on a code unit
             start = self.bom + max(0, start - self.bom) // width * width
-            yield from self._recoded(self.host.iter_chunks(self.path, start, READ_CHUNK), torn)
+            yield from self._recoded(self._raw(start), torn)
             return
         first = True
-        for chunk in self.host.iter_chunks(self.path, start, READ_CHUNK):
+        for chunk in self._raw(start):
             if first:
                 if torn:
                     chunk = chunk.split(b"\n", 1)[1] if b"\n" in chunk else b""
@@ -280,6 +320,90 @@ class LogSource:
                 first = False
             if chunk:
                 yield chunk
+
+    # -- remote: one stream, read ahead, compressed on the wire -----------------------------
+    def _raw(self, start: int) -> Iterator[bytes]:
+        """The file's bytes from ``start``: streamed from a host that can (``SSHHost``),
+        else the host's reads."""
+        if getattr(self.host, "stream", None) is None or start >= self.stat.size:
+            return self.host.iter_chunks(self.path, start, READ_CHUNK)
+        return self._streamed(start)
+
+    def prefetch(self, start: int = 0) -> None:
+        """Start the transfer of a remote log from ``start`` now (``chunks`` with that
+        offset takes it over): ingest opens the next hosts' logs while it parses one."""
+        if getattr(self.host, "stream", None) is None or start >= self.stat.size:
+            return
+        self._drop_ahead()
+        self._ahead = (start, self._open_wire(start))
+
+    def close(self) -> None:
+        """Stop a transfer started by ``prefetch`` that nobody took over."""
+        self._drop_ahead()
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1][2].close()
+            self._ahead = None
+
+    def _open_wire(self, start: int) -> tuple[Wire, bytes, Iterator[bytes]]:
+        """Start the remote script; (the wire it chose, bytes after its header, the rest)."""
+        from forensics.errors import RemoteError
+
+        path = self.path[2:] if self.path.startswith("~/") else self.path  # from $HOME
+        pieces = self.host.stream(wire_script(path, start, self.stat.size - start, WIRE))
+        head = b""
+        for piece in pieces:
+            head += piece
+            if b"\n" in head or len(head) > 64:
+                break
+        name, _, rest = head.partition(b"\n")
+        wire = next((w for w in WIRE if w.name.encode() == name), None)
+        if wire is None:
+            pieces.close()
+            raise RemoteError(f"{self.where}: unexpected stream header {name[:40]!r}")
+        return wire, rest, pieces
+
+    def _streamed(self, start: int) -> Iterator[bytes]:
+        """A remote plain log from ``start`` to its stat size as one stream, read ahead
+        while the caller parses (``SSHHost.stream``) and compressed on the wire where the
+        host has zstd or gzip (``WIRE``). What the stream did not deliver (it could not
+        start, the link dropped, the file shrank) is read by the host's SFTP reads from
+        where it stopped: those raise ReadIncomplete for a file that really shrank."""
+        from forensics.errors import RemoteError
+
+        want = self.stat.size - start
+        got = 0
+        out = bytearray()
+        pieces: Iterator[bytes] | None = None
+        try:
+            if self._ahead is not None and self._ahead[0] == start:
+                (_, (wire, rest, pieces)), self._ahead = self._ahead, None
+            else:
+                self._drop_ahead()
+                wire, rest, pieces = self._open_wire(start)
+            dec = wire.decompressor() if wire.decompressor is not None else None
+            for piece in itertools.chain((rest,), pieces):
+                for at in range(0, len(piece), wire.feed):
+                    part = piece[at : at + wire.feed]
+                    out += dec.decompress(part) if dec is not None else part
+                    while len(out) >= READ_CHUNK and got < want:
+                        data = bytes(out[: min(READ_CHUNK, want - got)])
+                        del out[:READ_CHUNK]
+                        got += len(data)
+                        yield data
+        except (RemoteError, zlib.error, *_zstd_errors()):
+            pass  # the rest comes over SFTP, below
+        finally:
+            if pieces is not None:
+                pieces.close()
+        while out and got < want:
+            data = bytes(out[: min(READ_CHUNK, want - got)])
+            del out[:READ_CHUNK]
+            got += len(data)
+            yield data
+        if got < want:
+            yield from self.host.iter_chunks(self.path, start + got, READ_CHUNK)
 
     def _recoded(self, raw: Iterator[bytes], torn: bool) -> Iterator[bytes]:
         dec = codecs.getincrementaldecoder(self.encoding)(errors="replace")
@@ -402,6 +526,9 @@ __all__ = [
     "HEAD_BYTES",
     "READ_CHUNK",
     "Format",
+    "WIRE",
+    "Wire",
+    "wire_script",
     "LogSource",
     "looks_binary",
     "open_log",

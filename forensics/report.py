@@ -35,7 +35,7 @@ section.experiment { border-top: 3px solid #e3e3e3; margin-top: 1.4em; }
 table.runs { border-collapse: collapse; font-size: 0.85em; width: 100%; }
 table.runs th, table.runs td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
        vertical-align: top; overflow-wrap: anywhere; max-width: 28em; }
-table.runs th { background: #f0f0f0; }
+table.runs th { background: #f0f0f0; overflow-wrap: normal; }
 table.runs td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdf2f1; }
 .diag { border: 1px solid #e5b7b3; border-radius: 4px; padding: 8px 12px; margin: 10px 0; }

@@ -73,10 +73,11 @@ def safe_part_name(name: str) -> bool:
 
 
 def default_root() -> Path:
-    env = os.environ.get("FORENSICS_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path.cwd() / ".forensics"
+    """The store's folder when none is given: forensics.home (--store, $FORENSICS_HOME,
+    ./.forensics)."""
+    from forensics.home import home
+
+    return home()
 
 
 @dataclass

@@ -201,3 +201,40 @@ def test_report_figures_are_those_of_runs_json(mixed, tmp_path):
     assert html.count('<tr class="failed">') == len(failed)
     for r in failed:
         assert f"{r['name']}: died in" in html
+
+
+def test_a_label_puts_runs_in_one_experiment(tmp_path):
+    store = story_store(tmp_path, runs=MIXED[:5])
+    runner = CliRunner()
+    args = ["--store", str(store.root), "experiments"]
+    res = runner.invoke(cli, [*args, "--json"])
+    assert [(r["experiment"], r["runs"], r["failed"]) for r in json.loads(res.output)] == [
+        (K8, 3, 1),
+        (K4, 2, 0),
+    ]
+    res = runner.invoke(cli, [*args, "--label", "kimi all", "kimi4"])
+    assert res.exit_code == 0 and "kimi4_plain: experiment kimi all" in res.output
+    runner.invoke(cli, [*args, "--label", "kimi all", "kimi8_plain"])
+    sec = _sections(advise(store))
+    assert sec["kimi all"]["runs"] == 3 and sec["kimi all"]["baseline"]["name"] == "kimi8_plain"
+    res = runner.invoke(cli, [*args, "--unlabel", "kimi"])
+    assert res.exit_code == 0
+    assert set(_sections(advise(store))) == {K8, K4}
+    res = runner.invoke(cli, [*args, "--label", "x"])
+    assert res.exit_code == 2 and "need MATCH" in res.output
+    res = runner.invoke(cli, args)
+    assert res.output.splitlines()[0] == (
+        f"{K8}: 3 runs (1 failed, 2 speculative); baseline: 90.0 tok/s (kimi8_plain) from best "
+        "single-stream plain run"
+    )
+
+
+def test_diagnose_compares_with_a_run_of_the_same_experiment(mixed):
+    """The closest run that worked is a Kimi tp8 single-stream one, though Llama and Qwen runs
+    share more of the crashed run's speculative settings' values."""
+    from forensics.diagnose import diagnose
+
+    (rep,) = diagnose(mixed, "kimi8_cg_2step")
+    cmp = rep["comparison"]
+    assert cmp["closest"]["name"] in {"kimi8_plain", "kimi8_cg_5dt"}
+    assert cmp["warning"] is None

@@ -263,3 +263,21 @@ def test_streamed_classify_agrees_with_the_whole_parse_on_real_logs(shared_dir, 
         assert [v.as_dict() for v in C.classify_source(src, model)] == want, f
         checked += 1
     assert checked >= 80
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(180)
+def test_remote_logs_read_through_the_same_source(ssh_config, tmp_path, capsys):
+    """Over SFTP (a real sshd): a FIFO is refused from its stat (no hang), an xz or UTF-16
+    log reads as its plain original."""
+    d = tmp_path / "remote"
+    d.mkdir()
+    os.mkfifo(d / "fifo.log")
+    (d / "x.log").write_bytes(lzma.compress(LOG.read_bytes()))
+    (d / "u16.log").write_bytes((FIX / "edge_utf16.log").read_bytes())
+    for cmd in (["ingest"], ["classify"], ["diagnose", "x", "--log"]):
+        code, _, err = run(capsys, *cmd, f"sshtest:{d}/fifo.log")
+        assert code == 2 and "is a FIFO (named pipe), not a regular file" in err, (cmd, err)
+    plain = _verdicts(capsys, LOG)
+    for name in ("x.log", "u16.log"):
+        assert _verdicts(capsys, Path(f"sshtest:{d}/{name}")) == plain, name

@@ -199,3 +199,53 @@ def test_sim_model_steps_are_bounded(capsys):
     spec = perf.SpecConfig(algorithm="EAGLE3", num_steps=5, topk=1, num_draft_tokens=6, quality=0.7)
     p = perf.level_accept_prob(spec)
     assert perf.expected_accept_len(spec) == pytest.approx(1 + sum(p**j for j in range(1, 6)))
+
+
+# --------------------------------------------------------------------------------------
+# Config values (forensics.toml): jump cycles and connect_timeout
+# --------------------------------------------------------------------------------------
+JUMP_CASES = {
+    "self": ('[hosts.a]\naddress = "r@10.0.0.1"\njump = "a"\n', "(a -> a)"),
+    "pair": (
+        '[hosts.a]\naddress = "r@10.0.0.1"\njump = "b"\n'
+        '[hosts.b]\naddress = "r@10.0.0.2"\njump = "a"\n',
+        "(a -> b -> a)",
+    ),
+    "tail": (
+        '[hosts.a]\naddress = "r@10.0.0.1"\njump = "b"\n'
+        '[hosts.b]\naddress = "r@10.0.0.2"\njump = "c"\n'
+        '[hosts.c]\naddress = "r@10.0.0.3"\njump = "b"\n',
+        "(b -> c -> b)",
+    ),
+    "unknown": ('[hosts.a]\naddress = "r@10.0.0.1"\njump = "nope"\n', "'nope': no such host"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JUMP_CASES))
+def test_jump_cycles_and_unknown_jumps_are_config_errors(capsys, tmp_path, case):
+    """A host jumping to itself or A -> B -> A was a RecursionError: exit 2 naming the cycle."""
+    text, needle = JUMP_CASES[case]
+    (tmp_path / "forensics.toml").write_text(text)
+    code, out, err = run(capsys, "ingest", "a:/x.log")
+    assert code == 2 and needle in err and "forensics.toml: hosts." in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e308", "-1", "0", "601"])
+def test_connect_timeout_must_be_finite_and_bounded(capsys, tmp_path, value):
+    (tmp_path / "forensics.toml").write_text(
+        f'[hosts.a]\naddress = "r@10.0.0.1"\nconnect_timeout = {value}\n'
+    )
+    code, out, err = run(capsys, "ingest", "a:/x.log")
+    assert code == 2 and "hosts.a.connect_timeout" in err and "at most 600" in err, err
+
+
+def test_a_jump_chain_that_ends_is_accepted(tmp_path, monkeypatch):
+    from forensics.hosts import load_config
+
+    (tmp_path / "forensics.toml").write_text(
+        '[hosts.a]\naddress = "r@10.0.0.1"\njump = "b"\n'
+        '[hosts.b]\naddress = "r@10.0.0.2"\njump = "r@10.0.0.9"\nconnect_timeout = 600\n'
+    )
+    hosts = load_config([tmp_path / "forensics.toml"])["hosts"]
+    assert hosts["a"].jump == "b" and hosts["b"].connect_timeout == 600.0

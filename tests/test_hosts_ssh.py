@@ -409,3 +409,17 @@ def test_s04_trust_host_records_only_a_matching_fingerprint(sshd_server, tmp_pat
     assert get_host("sshtest").run("echo ok", timeout=10).ok
     assert hosts.trust_host("sshtest")["already_known"] is True
     hosts.close_all()
+
+
+def test_stream_delivers_the_output_exactly_and_fails_with_the_remote_error(ssh_host, tmp_path):
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(3 << 20) + b"tail")  # more than the read-ahead holds at once
+    got = b"".join(ssh_host.stream(f"cat {blob}"))
+    assert got == blob.read_bytes()
+    with pytest.raises(RemoteError, match="No such file"):
+        list(ssh_host.stream(f"cat {tmp_path}/missing"))
+    # a reader that stops early closes the channel: the connection serves the next command
+    pieces = ssh_host.stream(f"cat {blob}")
+    next(pieces)
+    pieces.close()
+    assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"

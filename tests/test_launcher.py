@@ -561,3 +561,32 @@ def test_cli_launch_log_on_a_named_host(ssh_config, tmp_path):
     assert json.loads(res.output)["outcome"] in ("terminated", "killed")
     res = runner.invoke(cli, [*base, "--name", "nohost", "--log", "gpu9:/x/y.log", *flags])
     assert res.exit_code == 2 and "gpu9" in res.output
+
+
+def test_launch_causes_are_a_table_first_row_that_applies_wins():
+    """Issue 12: launcher._run's five-branch cause ladder is the LAUNCH_CAUSES table."""
+    import polars as pl
+
+    from forensics.launcher import LAUNCH_CAUSES, _CauseContext, launch_cause
+
+    assert [r.id for r in LAUNCH_CAUSES] == [
+        "port-in-use",
+        "signature",
+        "health-unverified",
+        "health-timeout",
+        "server-exited",
+    ]
+    frame = pl.DataFrame(schema={"event": pl.String, "kind": pl.String, "rc": pl.Int64})
+
+    def ctx(**kw):
+        base = dict(status="timeout", sig=None, port_finding=None, unverified=None,
+                    stages=["load_begin"], health_deadline=5.0, frame=frame)  # fmt: skip
+        return _CauseContext(**{**base, **kw})
+
+    assert launch_cause(ctx())["cause"] == "health-timeout"
+    assert launch_cause(ctx(unverified="scheduler gone"))["cause"] == "health-unverified"
+    sig = {"id": "cuda_oom", "phase": "load", "explanation": "x", "line": "OOM", "fix": "less"}
+    got = launch_cause(ctx(sig=sig, unverified="scheduler gone"))
+    assert (got["cause"], got["phase"], got["next_steps"]) == ("cuda_oom", "load", ["less"])
+    assert launch_cause(ctx(status="failed"))["cause"] == "server-exited"
+    assert launch_cause(ctx(status="ready")) == {}
