@@ -179,6 +179,7 @@ class Analysis:
     ended: bool = False  # a line proves the process tree exited (not hung)
     proof_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, SERVING_PROOF id)
     harness_end: int | None = None  # a test harness's closing line (HARNESS_END)
+    foreign: str | None = None  # a NOT_SGLANG id: the log is another server's
 
 
 def _frame_phase(frames: list[tuple[str, str]]) -> str | None:
@@ -328,6 +329,9 @@ def analyze(
         first_server_line=first_server_line,
         proof_lines=proof,
         harness_end=harness_end,
+        foreign=None
+        if any(st == "server_args" for st, _, _ in stages)
+        else sigs.foreign_log(t for _, _, t in lines),
     )
     for e in a.errors:
         e.routine = _routine(a, e)
@@ -570,6 +574,8 @@ def _decide(a: Analysis) -> None:
     a.rule_phase = phase
     a.rule_hung = hung
     a.basis = basis or "none"
+    if a.foreign:
+        a.basis = "foreign"  # another server's log: nothing in it places an SGLang phase
     a.decided = a.basis in DECIDING
 
     # signature, refined by the phase
@@ -603,6 +609,7 @@ BASIS_CONFIDENCE: dict[str, float] = {
     "signature_weak": 0.5,  # a signature that says what, not where
     "weak": 0.45,
     "none": 0.35,  # nothing places it: the likeliest phase
+    "foreign": 0.3,  # not an SGLang server log (signatures.NOT_SGLANG)
 }
 DECIDING = ("served_end", "served", "signature", "frames", "stage")
 
@@ -985,6 +992,8 @@ SETTLE = {
     "served_open": "the rest of the log (after its last line) says whether the run ended well",
     "forward": "the frames above the model's forward (the whole traceback) or the stage lines "
     "before it say whether it was capture, warm-up or serving",
+    "foreign": "this is not an SGLang server log (signatures.NOT_SGLANG); forensics reads "
+    "SGLang's logs: give the SGLang server's own log",
     "fragment": "the full log (its stage lines place the failure); or `forensics diagnose NAME "
     "--relaunch` to replay the launch with evidence collected",
 }
@@ -1030,6 +1039,9 @@ def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -
         if key != "fragment":
             settle.append(SETTLE["fragment"])
         text = f"{text} (undecided: the text does not place it; {settle[0]})"
+        if a.foreign:
+            what = next(n["what"] for n in sigs.NOT_SGLANG if n["id"] == a.foreign)
+            text = f"not an SGLang server log ({what}): {text}"
     return Verdict(
         path=a.path,
         run_index=a.run_index,
