@@ -274,7 +274,14 @@ def analyze(
             )
     # lines the parser kept as unknown/warning may still carry a signature (e.g. bash errors)
     for li, kind, text in lines:
-        if kind in ("unknown", "uvicorn_warning", "generic_warning", "port_wait", "usage"):
+        if kind in (
+            "unknown",
+            "uvicorn_warning",
+            "generic_warning",
+            "port_wait",
+            "usage",
+            "argparse_usage",
+        ):
             hits = sigs.match(text, line=li)
             if hits and not any(e.line == li for e in errors):
                 noise = sigs.noise_kind(text)
@@ -689,15 +696,15 @@ def _decide(a: Analysis) -> None:
 # What placed a verdict -> whether it is decided and how sure it is. The confidences are
 # measured (docs/diagnose.md: the real corpus and our own sets), not fitted per file.
 BASIS_CONFIDENCE: dict[str, float] = {
-    "served_end": 0.95,  # served, then the log shows its end (shutdown, exit, the client's result)
-    "served": 0.92,  # a fatal error after the server served
-    "signature": 0.9,  # a catalog signature with a fixed phase
-    "frames": 0.88,  # the traceback's frames place it (forensics/frames.py)
-    "stage": 0.88,  # the stages the log proves were reached place it
-    "evidence": 0.88,  # nvidia-smi / fuser / ps show the GPUs held by other processes
+    "served_end": 0.96,  # served, then the log shows its end (shutdown, exit, the client's result)
+    "served": 0.94,  # a fatal error after the server served
+    "signature": 0.92,  # a catalog signature with a fixed phase
+    "frames": 0.92,  # the traceback's frames place it (forensics/frames.py)
+    "stage": 0.92,  # the stages the log proves were reached place it
+    "evidence": 0.9,  # nvidia-smi / fuser / ps show the GPUs held by other processes
+    "signature_weak": 0.7,  # a signature's usual phase (a watchdog: serving), no stage or frame
+    "forward": 0.65,  # a forward pass with nothing above it: capture or later
     "served_open": 0.6,  # served and no error, but the log stops while serving
-    "forward": 0.55,  # a forward pass with nothing above it: capture or later
-    "signature_weak": 0.5,  # a signature that says what, not where
     "weak": 0.45,
     "none": 0.35,  # nothing places it: the likeliest phase
     "foreign": 0.3,  # not an SGLang server log (signatures.NOT_SGLANG)

@@ -485,6 +485,12 @@ FRAMES: list[dict[str, Any]] = [
         "seen": "0.5.9 0.5.23",
     },
     {
+        "file": "multimodal_gen/runtime/loader/",
+        "phase": "load",
+        "where": "the diffusion (multimodal_gen) pipeline's component loader",
+        "seen": "0.5.9 0.5.23",
+    },
+    {
         "file": "model_loader/",
         "phase": "load",
         "where": "weight loaders",
