@@ -282,6 +282,8 @@ def analyze(
             "usage",
             "argparse_usage",
         ):
+            if kind == "argparse_usage" and any(e.kind == "argparse_error" for e in errors):
+                continue  # the usage dump before argparse's own error line: that one cites
             hits = sigs.match(text, line=li)
             if hits and not any(e.line == li for e in errors):
                 noise = sigs.noise_kind(text)
