@@ -261,3 +261,25 @@ def test_sglang_processes_reparented_to_init_are_a_previous_servers():
 def test_idle_gpus_are_not_cleanup_evidence():
     v = _v((EVIDENCE / "nvidia-smi.idle.txt").read_text())
     assert v.phase != "cleanup" and not v.decided
+
+
+def test_frames_table_rows_record_the_versions_they_were_seen_in():
+    from forensics import frames
+
+    for row in frames.FRAMES:
+        seen = row["seen"].split()
+        if "(not SGLang)" in row["where"]:
+            assert not seen, row
+            continue
+        assert seen and set(seen) <= set(frames.VERSIONS), row
+        assert row["phase"] in frames.ORDER, row
+    # the order of the phases decides a stack that passes through several
+    capture = [("/s/sglang/srt/model_executor/model_runner.py", "init_cuda_graphs"),
+               ("/s/sglang/srt/model_executor/cuda_graph_runner.py", "capture"),
+               ("/s/sglang/srt/models/llama.py", "forward")]  # fmt: skip
+    assert frames.phase_of(capture) == "capture"
+    serving = [("/s/sglang/srt/managers/scheduler.py", "event_loop_overlap"),
+               ("/s/sglang/srt/model_executor/cuda_graph_runner.py", "replay")]  # fmt: skip
+    assert frames.phase_of(serving) == "runtime"
+    assert frames.phase_of([("/s/sglang/srt/layers/moe/fused_moe.py", "fused_moe")]) == "forward"
+    assert frames.phase_of([("/usr/lib/python3.11/json/decoder.py", "decode")]) is None
