@@ -180,6 +180,8 @@ class Analysis:
     ended: bool = False  # a line proves the process tree exited (not hung)
     proof_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, SERVING_PROOF id)
     harness_end: int | None = None  # a test harness's closing line (HARNESS_END)
+    foreign: str | None = None  # a NOT_SGLANG id: the log is another server's
+    host_findings: list[dict[str, Any]] = field(default_factory=list)  # cleanup evidence
 
 
 def _frame_phase(frames: list[tuple[str, str]]) -> str | None:
@@ -273,7 +275,16 @@ def analyze(
             )
     # lines the parser kept as unknown/warning may still carry a signature (e.g. bash errors)
     for li, kind, text in lines:
-        if kind in ("unknown", "uvicorn_warning", "generic_warning", "port_wait", "usage"):
+        if kind in (
+            "unknown",
+            "uvicorn_warning",
+            "generic_warning",
+            "port_wait",
+            "usage",
+            "argparse_usage",
+        ):
+            if kind == "argparse_usage" and any(e.kind == "argparse_error" for e in errors):
+                continue  # the usage dump before argparse's own error line: that one cites
             hits = sigs.match(text, line=li)
             if hits and not any(e.line == li for e in errors):
                 noise = sigs.noise_kind(text)
@@ -329,11 +340,91 @@ def analyze(
         first_server_line=first_server_line,
         proof_lines=proof,
         harness_end=harness_end,
+        foreign=None
+        if any(st == "server_args" for st, _, _ in stages)
+        else sigs.foreign_log(t for _, _, t in lines),
     )
     for e in a.errors:
         e.routine = _routine(a, e)
+    if not stages and not served_lines:
+        a.host_findings = host_evidence(lines)
     _decide(a)
     return a
+
+
+# --------------------------------------------------------------------------------------
+# Cleanup evidence that is not a log: nvidia-smi / fuser / ps output pasted or collected
+# --------------------------------------------------------------------------------------
+# findings of forensics.evidence that say a GPU is held by a process (not this server's)
+HOLDER_FINDINGS = (
+    "orphan-gpu-process",
+    "gpu-held-by-other",
+    "gpu-holder-unknown-pid",
+    "gpu-device-open",
+)
+# SGLang's own process titles and command lines (setproctitle "sglang::scheduler_TP0", ...)
+SGLANG_PROCESS = re.compile(
+    r"^sglang::\w+|^\S*python[\d.]*\s+(?:-\S+\s+)*-m\s+sglang\.launch_server|^\S*sglang serve\b"
+)
+HELD_MIB = 1024  # GPU memory in use with no process listed (another PID namespace, a zombie)
+_EVIDENCE_HINT = re.compile(r"NVIDIA-SMI|^/dev/nvidia|\bPID\b|sglang::|used_gpu_memory", re.M)
+
+
+def host_evidence(lines: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    """Who holds the GPUs, from nvidia-smi / fuser / ps output among ``lines`` (parsed by
+    forensics.evidence, the collector's own parsers and findings): one finding per PID, with
+    the line that shows it. SGLang processes re-parented to PID 1 are a previous server's."""
+    text = "\n".join(t for _, _, t in lines)
+    if not _EVIDENCE_HINT.search(text):
+        return []
+    from forensics import evidence as hostev
+
+    fuser = "\n".join(t for _, _, t in lines if t.startswith("/dev/nvidia"))
+    cmds = {
+        "nvidia_smi": {"status": "ok", "stdout": text},
+        "query_apps": {"status": "ok", "stdout": text if "used_gpu_memory" in text else ""},
+        "fuser": {"status": "ok", "stdout": fuser},
+        "ps": {"status": "ok", "stdout": text},
+    }
+    tables = hostev.tables_of(cmds)
+    found = [f for f in hostev.findings_of("paste", cmds, tables) if f["id"] in HOLDER_FINDINGS]
+    held = {f.get("pid") for f in found}
+    ps = tables["ps"]
+    for row in ps.to_dicts() if ps.height else []:
+        args = row["args"] or ""
+        if row["pid"] in held or not SGLANG_PROCESS.search(args):
+            continue
+        orphan = row["ppid"] == 1
+        found.append(
+            {
+                "id": "orphan-sglang-process" if orphan else "sglang-process-left",
+                "message": f"pid {row['pid']} is an SGLang process "
+                + ("re-parented to PID 1 (its server is gone)" if orphan else "still running")
+                + f": {args[:200]}",
+                "pid": row["pid"],
+            }
+        )
+        held.add(row["pid"])
+    gpus = tables["gpus"]
+    if not found and gpus.height and not tables["gpu_processes"].height:
+        for row in gpus.to_dicts():
+            if (row["memory_used_mib"] or 0) >= HELD_MIB:
+                found.append(
+                    {
+                        "id": "gpu-memory-held",
+                        "message": f"GPU {row['gpu']} has {row['memory_used_mib']} MiB in use "
+                        "and no process is listed (a process of another PID namespace, or one "
+                        "stuck in teardown)",
+                        "pid": f"{row['memory_used_mib']}MiB",
+                    }
+                )
+    out = []
+    for f in found:
+        rx = re.compile(rf"(?<![\w.]){f.get('pid')}(?![\w.])")
+        li = next((li for li, _, t in lines if rx.search(t)), None)
+        if li is not None:
+            out.append({**f, "line": li, "text": next(t for x, _, t in lines if x == li)})
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -513,7 +604,11 @@ def _decide(a: Analysis) -> None:
     phase: str | None = None
     hung = False
     basis = ""
-    if cause is None:
+    if a.host_findings and (cause is None or sig is None or sig.id in EVIDENCE_SIGS):
+        # a paste of nvidia-smi / fuser / ps: GPUs held by processes, not a server's log
+        a.cause, a.hit, cause, sig = None, None, None, sigs.BY_ID["orphan_gpu_process"]
+        phase, basis = "cleanup", "evidence"
+    elif cause is None:
         if a.served:
             phase = "ok"
             basis = "served_end" if _served_to_the_end(a) else "served_open"
@@ -571,6 +666,16 @@ def _decide(a: Analysis) -> None:
     a.rule_phase = phase
     a.rule_hung = hung
     a.basis = basis or "none"
+    if a.foreign:
+        a.basis = "foreign"  # another server's log: nothing in it places an SGLang phase
+    if basis == "evidence":
+        a.signature = "orphan_gpu_process"
+        a.decided = True
+        a.evidence = [
+            {"line": f["line"], "text": f["text"].strip()[:300], "pid": f["pid"]}
+            for f in a.host_findings[:6]
+        ]
+        return
     a.decided = a.basis in DECIDING
 
     # signature, refined by the phase
@@ -594,18 +699,22 @@ def _decide(a: Analysis) -> None:
 # What placed a verdict -> whether it is decided and how sure it is. The confidences are
 # measured (docs/diagnose.md: the real corpus and our own sets), not fitted per file.
 BASIS_CONFIDENCE: dict[str, float] = {
-    "served_end": 0.95,  # served, then the log shows its end (shutdown, exit, the client's result)
-    "served": 0.92,  # a fatal error after the server served
-    "signature": 0.9,  # a catalog signature with a fixed phase
-    "frames": 0.88,  # the traceback's frames place it (forensics/frames.py)
-    "stage": 0.88,  # the stages the log proves were reached place it
+    "served_end": 0.96,  # served, then the log shows its end (shutdown, exit, the client's result)
+    "served": 0.94,  # a fatal error after the server served
+    "signature": 0.92,  # a catalog signature with a fixed phase
+    "frames": 0.92,  # the traceback's frames place it (forensics/frames.py)
+    "stage": 0.92,  # the stages the log proves were reached place it
+    "evidence": 0.9,  # nvidia-smi / fuser / ps show the GPUs held by other processes
+    "signature_weak": 0.7,  # a signature's usual phase (a watchdog: serving), no stage or frame
+    "forward": 0.65,  # a forward pass with nothing above it: capture or later
     "served_open": 0.6,  # served and no error, but the log stops while serving
-    "forward": 0.55,  # a forward pass with nothing above it: capture or later
-    "signature_weak": 0.5,  # a signature that says what, not where
     "weak": 0.45,
     "none": 0.35,  # nothing places it: the likeliest phase
+    "foreign": 0.3,  # not an SGLang server log (signatures.NOT_SGLANG)
 }
-DECIDING = ("served_end", "served", "signature", "frames", "stage")
+DECIDING = ("served_end", "served", "signature", "frames", "stage", "evidence")
+# errors a paste of GPU-holder evidence explains (memory or the device already taken)
+EVIDENCE_SIGS = ("cuda_oom", "weight_load_oom", "kv_pool_oom", "orphan_gpu_process")
 
 
 def _started(a: Analysis) -> bool:
@@ -918,6 +1027,12 @@ def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
     sid = a.signature
     sig = sigs.BY_ID.get(sid or "")
     steps: list[str] = []
+    if a.basis == "evidence" and phase == "cleanup" and sig is not None:
+        pids = [str(f["pid"]) for f in a.host_findings if isinstance(f.get("pid"), int)]
+        text = "cleanup: the GPUs are held: " + "; ".join(f["message"] for f in a.host_findings[:4])
+        if pids:
+            steps.append(f"kill {' '.join(pids)} (kill -9 if they stay), then check nvidia-smi")
+        return text, steps + [sigs.render(r, **values) for r in sig.remedies]
     if phase == "ok":
         noise = sorted({e.noise for e in a.errors if e.noise})
         text = "the server reached ready" + (
@@ -986,6 +1101,8 @@ SETTLE = {
     "served_open": "the rest of the log (after its last line) says whether the run ended well",
     "forward": "the frames above the model's forward (the whole traceback) or the stage lines "
     "before it say whether it was capture, warm-up or serving",
+    "foreign": "this is not an SGLang server log (signatures.NOT_SGLANG); forensics reads "
+    "SGLang's logs: give the SGLang server's own log",
     "fragment": "the full log (its stage lines place the failure); or `forensics diagnose NAME "
     "--relaunch` to replay the launch with evidence collected",
 }
@@ -1031,6 +1148,9 @@ def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -
         if key != "fragment":
             settle.append(SETTLE["fragment"])
         text = f"{text} (undecided: the text does not place it; {settle[0]})"
+        if a.foreign:
+            what = next(n["what"] for n in sigs.NOT_SGLANG if n["id"] == a.foreign)
+            text = f"not an SGLang server log ({what}): {text}"
     return Verdict(
         path=a.path,
         run_index=a.run_index,

@@ -237,6 +237,30 @@ FRAMES: list[dict[str, Any]] = [
         "seen": "0.4.6 0.5.2 0.5.9",
     },
     {
+        "func": "forward_target_extend",
+        "phase": "runtime",
+        "where": "EAGLE worker: the target's prefill of a batch",
+        "seen": "0.4.6 0.5.2 0.5.9",
+    },
+    {
+        "func": "forward_draft_extend",
+        "phase": "runtime",
+        "where": "EAGLE worker: the draft's prefill after the target's",
+        "seen": "0.4.6 0.5.2 0.5.9",
+    },
+    {
+        "func": "_draft_extend_for_decode",
+        "phase": "runtime",
+        "where": "EAGLE/MTP/DFlash worker: the draft after a decode step",
+        "seen": "0.5.9 0.5.23",
+    },
+    {
+        "func": "forward_batch_speculative_generation",
+        "phase": "runtime",
+        "where": "EAGLE worker: one speculative step of a batch",
+        "seen": "0.4.6 0.5.2",
+    },
+    {
         "func": "replay",
         "phase": "runtime",
         "where": "CUDA-graph replay of a captured batch",
@@ -482,6 +506,12 @@ FRAMES: list[dict[str, Any]] = [
         "func": "init_model_worker",
         "phase": "load",
         "where": "scheduler builds its tp worker",
+        "seen": "0.5.9 0.5.23",
+    },
+    {
+        "file": "multimodal_gen/runtime/loader/",
+        "phase": "load",
+        "where": "the diffusion (multimodal_gen) pipeline's component loader",
         "seen": "0.5.9 0.5.23",
     },
     {

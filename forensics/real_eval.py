@@ -134,6 +134,31 @@ def ece(conf: list[float], correct: list[bool], bins: int = BINS) -> float:
     )
 
 
+def basis_accuracy(files: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per basis (what placed the verdict): n, right, mean confidence."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in files:
+        b = out.setdefault(f["basis"], {"n": 0, "right": 0, "confidence": 0.0})
+        b["n"] += 1
+        b["right"] += f["right"]
+        b["confidence"] += f["confidence"]
+    for b in out.values():
+        b["confidence"] = round(b["confidence"] / b["n"], 3)
+    return dict(sorted(out.items()))
+
+
+def cv_basis_confidence(files: list[dict[str, Any]], k: float = 2.0) -> list[float]:
+    """Each file's confidence if the basis table were fitted on the other groups only (grouped
+    cross-validation): the accuracy of its basis there, shrunk towards the table's value with
+    weight ``k``. Its ECE says how well confidences fitted on real logs would carry over."""
+    out = []
+    for f in files:
+        others = [o for o in files if o["basis"] == f["basis"] and o["group"] != f["group"]]
+        prior = classifier.BASIS_CONFIDENCE.get(f["basis"], f["confidence"])
+        out.append((sum(o["right"] for o in others) + k * prior) / (len(others) + k))
+    return out
+
+
 def evaluate_real(folder: str | Path, model: classifier.Model | None = None) -> dict[str, Any]:
     """Score every labelled file of ``folder`` (see the module docstring for the figures)."""
     folder = Path(folder)
@@ -158,6 +183,7 @@ def evaluate_real(folder: str | Path, model: classifier.Model | None = None) -> 
                 "phase": v.phase,
                 "confidence": round(v.confidence, 3),
                 "decided": bool(getattr(v, "decided", True)),
+                "basis": getattr(v, "basis", ""),
                 "signature": v.signature,
                 "right": v.phase == r["phase6"],
             }
@@ -169,6 +195,7 @@ def evaluate_real(folder: str | Path, model: classifier.Model | None = None) -> 
     n = len(files)
     confident_wrong = [f["id"] for f in files if not f["right"] and f["confidence"] >= CONFIDENT]
     agree = sum(1 for f in files if f["decided"] == f["decidable"])
+    cv_conf = cv_basis_confidence(files)
     return {
         "folder": str(folder),
         "n": n,
@@ -184,6 +211,8 @@ def evaluate_real(folder: str | Path, model: classifier.Model | None = None) -> 
         "confident_wrong_share": round(len(confident_wrong) / n, 3) if n else 0.0,
         "ece": ece(conf, right),
         "reliability": reliability(conf, right),
+        "ece_cv_basis": ece(cv_conf, right),
+        "basis_accuracy": basis_accuracy(files),
         "decided_agrees_with_decidable": round(agree / n, 3) if n else 0.0,
         "files": files,
     }
@@ -199,12 +228,16 @@ def render(r: dict[str, Any]) -> list[str]:
         f"wrong with confidence >= {CONFIDENT}: {len(r['confident_wrong'])} of {r['n']} "
         f"({r['confident_wrong_share']:.1%})"
         + (f": {', '.join(r['confident_wrong'])}" if r["confident_wrong"] else ""),
-        f"calibration: ECE {r['ece']:.3f}; decided agrees with decidable on "
+        f"calibration: ECE {r['ece']:.3f} (basis confidences fitted by grouped CV: "
+        f"{r['ece_cv_basis']:.3f}); decided agrees with decidable on "
         f"{r['decided_agrees_with_decidable']:.1%}",
         f"  {'phase':<9} {'prec':>6} {'recall':>6} {'F1':>6} {'n':>4}",
     ]
     for ph, m in r["per_phase_decidable"].items():
         out.append(f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}")
+    out.append("  basis: n, right, mean confidence")
+    for b, m in r["basis_accuracy"].items():
+        out.append(f"  {b:>14} {m['n']:>4} {m['right']:>4} {m['confidence']:>6.3f}")
     out.append("  reliability: confidence bin, n, mean confidence, accuracy")
     for b in r["reliability"]:
         out.append(f"  {b['bin']:>9} {b['n']:>4} {b['confidence']:>6.3f} {b['accuracy']:>6.3f}")

@@ -539,6 +539,30 @@ SERVING_PROOF: list[dict[str, Any]] = [
 ]
 _PROOF = [(p["id"], re.compile(p["pattern"]), p["min"]) for p in SERVING_PROOF]
 
+# Logs of other servers: such a log is not SGLang's, and no verdict on it is decided.
+NOT_SGLANG: list[dict[str, str]] = [
+    {
+        "id": "vllm",
+        "what": "vLLM's server log",
+        "pattern": r"^\((?:APIServer|EngineCore\w*|Worker\w*|VllmWorker\w*) pid=\d+\) "
+        r"(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\]",
+    },
+]
+_FOREIGN = [(n["id"], re.compile(n["pattern"])) for n in NOT_SGLANG]
+
+
+def foreign_log(texts: Iterable[str], *, least: int = 3) -> str | None:
+    """The NOT_SGLANG id whose lines the log has at least ``least`` of, else None."""
+    seen: dict[str, int] = {}
+    for t in texts:
+        for fid, rx in _FOREIGN:
+            if rx.search(t):
+                seen[fid] = seen.get(fid, 0) + 1
+                if seen[fid] >= least:
+                    return fid
+    return None
+
+
 # A test harness's closing lines: what follows them (kubectl, a shell, cleanup) is not the
 # server's and never decides.
 HARNESS_END = re.compile(r"^Ran \d+ tests? in [\d.]+s$|^Finished test case \S")

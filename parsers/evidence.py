@@ -11,7 +11,7 @@ understand are skipped. Real samples from an H200 host are in fixtures/evidence/
 | parse_query_compute_apps | ``--query-compute-apps=pid,process_name,used_memory`` | GPU_PROC_SCHEMA |
 | parse_fuser | ``fuser -v /dev/nvidia*`` and ``fuser -k ...`` | FUSER_SCHEMA |
 | parse_dmesg_xid | ``dmesg`` (Xid lines) | XID_SCHEMA (+ meaning from XID_CODES) |
-| parse_ps | ``ps -eo pid,ppid,pgid,stat,etimes,args`` | PS_SCHEMA |
+| parse_ps | ``ps -eo pid,ppid,pgid,stat,etimes,args``, ``ps -ef``, ``ps aux`` | PS_SCHEMA |
 | parse_ss_listen | ``ss -ltnp`` | SS_SCHEMA (one row per listening socket and owner) |
 | parse_py_spy | ``py-spy dump --pid N`` | PYSPY_SCHEMA (one row per frame; depth 0 = top) |
 """
@@ -364,10 +364,59 @@ def parse_dmesg_xid(text: str) -> pl.DataFrame:
 # -- ps --------------------------------------------------------------------------------------
 
 
+# `ps` header words -> PS_SCHEMA columns (ps -eo pid,ppid,pgid,stat,etimes,args; ps -ef; ps aux;
+# ps -eo with other fields). The command is always the last column and may hold spaces.
+_PS_HEADER = {
+    "PID": "pid",
+    "PPID": "ppid",
+    "PGID": "pgid",
+    "PGRP": "pgid",
+    "STAT": "stat",
+    "S": "stat",
+    "ELAPSED": "etimes",
+    "ETIMES": "etimes",
+}
+_PS_COMMAND = ("COMMAND", "CMD", "ARGS")
+
+
+def _ps_header(line: str) -> list[str] | None:
+    words = line.split()
+    if "PID" in words and words and words[-1] in _PS_COMMAND:
+        return words
+    return None
+
+
 def parse_ps(text: str) -> pl.DataFrame:
-    """``ps -eo pid,ppid,pgid,stat,etimes,args`` (header optional)."""
+    """``ps -eo pid,ppid,pgid,stat,etimes,args`` (header optional), and any ``ps`` listing
+    with a header line (``ps -ef``, ``ps aux``, ``ps -eo ...``): the columns it has."""
     rows = []
+    header: list[str] | None = None
     for raw in text.splitlines():
+        h = _ps_header(raw)
+        if h is not None:
+            header = h
+            continue
+        if header is not None and header[:6] != [
+            "PID",
+            "PPID",
+            "PGID",
+            "STAT",
+            "ELAPSED",
+            "COMMAND",
+        ]:
+            parts = raw.split(None, len(header) - 1)
+            if len(parts) < len(header) or not parts[header.index("PID")].isdigit():
+                continue
+            row: dict = {k: None for k in PS_SCHEMA}
+            for word, cell in zip(header[:-1], parts[:-1], strict=True):
+                col = _PS_HEADER.get(word)
+                if col in ("pid", "ppid", "pgid", "etimes"):
+                    row[col] = _int(cell)
+                elif col == "stat":
+                    row[col] = cell
+            row["args"] = parts[-1]
+            rows.append(row)
+            continue
         parts = raw.split(None, 5)
         if len(parts) < 5 or not parts[0].isdigit():
             continue

@@ -100,3 +100,24 @@ def test_one_http_200_is_the_warmup_not_serving(model):
 def test_router_start_alone_is_not_ok(model):
     (v,) = classifier.classify_text(ROUTER_START, model)
     assert v.phase != "ok"
+
+
+VLLM = """\
+(APIServer pid=101) INFO 02-03 10:00:00 [api_utils.py:300] vLLM API server version 9.9.9
+(APIServer pid=101) INFO 02-03 10:00:01 [utils.py:200] non-default args: {'model': 'm'}
+(EngineCore_DP0 pid=202) INFO 02-03 10:00:09 [core.py:90] Initializing a V1 LLM engine
+(APIServer pid=101) INFO 02-03 10:00:30 [launcher.py:40] Route: /v1/completions
+(APIServer pid=101) INFO:     Application startup complete.
+"""
+
+
+def test_another_servers_log_says_so_undecided(model):
+    """A vLLM log is not SGLang's: the verdict says so, undecided, at low confidence."""
+    (v,) = classifier.classify_text(VLLM, model)
+    assert not v.decided and v.basis == "foreign" and v.confidence < 0.5
+    assert v.explanation.startswith("not an SGLang server log (vLLM's server log)")
+
+
+def test_every_not_sglang_row_matches_its_case():
+    for row in signatures.NOT_SGLANG:
+        assert signatures.foreign_log(VLLM.splitlines()) == row["id"]

@@ -222,3 +222,64 @@ def test_real_dev_corpus_quality_gate(shared_dir):
     assert r["macro_f1_decidable"] >= 0.9, wrong
     assert r["confident_wrong_share"] <= 0.05, r["confident_wrong"]
     assert r["ece"] <= 0.2, r["reliability"]
+
+
+# -- cleanup evidence that is not a log (real nvidia-smi / fuser outputs of an H200) ---------
+EVIDENCE = FIXTURES / "evidence"  # copies of ../shared/evidence/h200
+
+
+@pytest.mark.parametrize(
+    ("name", "pids"),
+    [
+        ("nvidia-smi.busy.txt", [417]),
+        ("nvidia-smi.query-compute-apps.csv", [417]),
+        ("fuser-v.txt", [417]),
+    ],
+)
+def test_gpu_holders_pasted_are_cleanup_with_the_pids(name, pids):
+    (v,) = classifier.classify_file(EVIDENCE / name, classifier.load_model(None))
+    assert (v.phase, v.signature, v.decided) == ("cleanup", "orphan_gpu_process", True)
+    assert [e["pid"] for e in v.evidence] == pids
+    src = (EVIDENCE / name).read_text().splitlines()
+    assert all(str(e["pid"]) in src[e["line"] - 1] for e in v.evidence)
+    assert f"kill {pids[0]}" in v.next_steps[0]
+
+
+def test_sglang_processes_reparented_to_init_are_a_previous_servers():
+    ps = (
+        "UID          PID    PPID  C STIME TTY          TIME CMD\n"
+        "root       12345       1 99 Nov28 ?        1-02:03:04 sglang::scheduler_TP0\n"
+        "root       12346       1 10 Nov28 ?        00:03:04 sglang::detokenizer\n"
+        "root       22346    2000  0 Nov28 pts/0    00:00:00 vim notes.txt\n"
+    )
+    v = _v(ps)
+    assert (v.phase, v.decided) == ("cleanup", True)
+    assert [e["pid"] for e in v.evidence] == [12345, 12346]
+    assert "re-parented to PID 1" in v.explanation
+
+
+def test_idle_gpus_are_not_cleanup_evidence():
+    v = _v((EVIDENCE / "nvidia-smi.idle.txt").read_text())
+    assert v.phase != "cleanup" and not v.decided
+
+
+def test_frames_table_rows_record_the_versions_they_were_seen_in():
+    from forensics import frames
+
+    for row in frames.FRAMES:
+        seen = row["seen"].split()
+        if "(not SGLang)" in row["where"]:
+            assert not seen, row
+            continue
+        assert seen and set(seen) <= set(frames.VERSIONS), row
+        assert row["phase"] in frames.ORDER, row
+    # the order of the phases decides a stack that passes through several
+    capture = [("/s/sglang/srt/model_executor/model_runner.py", "init_cuda_graphs"),
+               ("/s/sglang/srt/model_executor/cuda_graph_runner.py", "capture"),
+               ("/s/sglang/srt/models/llama.py", "forward")]  # fmt: skip
+    assert frames.phase_of(capture) == "capture"
+    serving = [("/s/sglang/srt/managers/scheduler.py", "event_loop_overlap"),
+               ("/s/sglang/srt/model_executor/cuda_graph_runner.py", "replay")]  # fmt: skip
+    assert frames.phase_of(serving) == "runtime"
+    assert frames.phase_of([("/s/sglang/srt/layers/moe/fused_moe.py", "fused_moe")]) == "forward"
+    assert frames.phase_of([("/usr/lib/python3.11/json/decoder.py", "decode")]) is None
