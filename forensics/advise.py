@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from forensics.baseline import SET_BASELINE_HINT, Baseline, missing_note, resolve
+from forensics.baseline import as_float as _num
 from forensics.errors import RunNotFound
 
 if TYPE_CHECKING:
@@ -303,16 +304,6 @@ def drafter_legend(store: Store, match: str | None = None) -> dict[str, str]:
         if r["drafter"] and r["drafter"] not in legend:
             legend[r["drafter"]] = str(r.get("draft_model_path"))
     return legend
-
-
-def _num(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 # --------------------------------------------------------------------------------------

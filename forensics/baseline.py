@@ -78,7 +78,8 @@ class Baseline:
         return {**asdict(self), "ms_per_token": self.ms_per_token, "text": self.describe()}
 
 
-def _num(v: Any) -> float | None:
+def as_float(v: Any) -> float | None:
+    """A stored figure as a float; None for null, NaN or what is not a number."""
     if v is None:
         return None
     try:
@@ -212,7 +213,7 @@ def resolve(
 
 
 def _stored(store: Store, points: pl.DataFrame, value: dict[str, Any], exp: str) -> Baseline | None:
-    tok = _num(value.get("tok_s"))
+    tok = as_float(value.get("tok_s"))
     if tok:
         return Baseline(
             tok,
@@ -353,4 +354,4 @@ def clear(store: Store, experiment: str | None = None) -> None:
 
 def stored(store: Store) -> list[dict[str, Any]]:
     """Every stored baseline (for ``forensics baseline`` without arguments)."""
-    return [v for v in _stored_values(store) if _num(v.get("tok_s"))]
+    return [v for v in _stored_values(store) if as_float(v.get("tok_s"))]

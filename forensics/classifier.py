@@ -1781,7 +1781,8 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------
-def _scores(y_true: list[str], y_pred: list[str]) -> dict[str, Any]:
+def per_phase(y_true: list[str], y_pred: list[str]) -> dict[str, dict[str, Any]]:
+    """Precision, recall, F1 and support of every phase seen in ``y_true`` or ``y_pred``."""
     per = {}
     labels = [p for p in PHASES if p in set(y_true) | set(y_pred)]
     for c in labels:
@@ -1797,7 +1798,12 @@ def _scores(y_true: list[str], y_pred: list[str]) -> dict[str, Any]:
             "f1": round(f1, 3),
             "support": tp + fn,
         }
-    present = [c for c in labels if per[c]["support"]]
+    return per
+
+
+def _scores(y_true: list[str], y_pred: list[str]) -> dict[str, Any]:
+    per = per_phase(y_true, y_pred)
+    present = [c for c, m in per.items() if m["support"]]
     macro = sum(per[c]["f1"] for c in present) / len(present) if present else 0.0
     confusion = {
         t: {

@@ -87,21 +87,7 @@ def file_verdict(vs: list[classifier.Verdict]) -> classifier.Verdict:
 
 
 def _f1(y: list[str], p: list[str]) -> tuple[float, dict[str, dict[str, Any]]]:
-    labels = [c for c in PHASES if c in set(y) | set(p)]
-    per = {}
-    for c in labels:
-        tp = sum(1 for a, b in zip(y, p, strict=True) if a == c and b == c)
-        fp = sum(1 for a, b in zip(y, p, strict=True) if a != c and b == c)
-        fn = sum(1 for a, b in zip(y, p, strict=True) if a == c and b != c)
-        prec = tp / (tp + fp) if tp + fp else 0.0
-        rec = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per[c] = {
-            "precision": round(prec, 3),
-            "recall": round(rec, 3),
-            "f1": round(f1, 3),
-            "support": tp + fn,
-        }
+    per = classifier.per_phase(y, p)
     macro = sum(m["f1"] for m in per.values()) / len(per) if per else 0.0
     return round(macro, 3), per
 
