@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1183,13 +1184,36 @@ def corpus_rows(corpus: Path = CORPUS) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _source_files(module) -> list[Path]:
+    """The source files of a module: the file, or every *.py of its package (sorted)."""
+    path = Path(module.__file__)
+    if path.name != "__init__.py":
+        return [path]
+    return sorted(path.parent.rglob("*.py"), key=lambda p: p.relative_to(path.parent).as_posix())
+
+
+_CODE_DIGEST: list[bytes] = []
+
+
+def _code_digest() -> bytes:
+    """One hash of the code a model's features depend on (computed once per process)."""
+    if not _CODE_DIGEST:
+        h = hashlib.sha1()
+        # the classifier (module or package), the catalog, the frames table, and the parser
+        # whose frames the features come from
+        for module in (sys.modules[__name__], sigs, frames_table, sglang_parser):
+            top = Path(module.__file__).parent
+            for f in _source_files(module):
+                h.update(f.relative_to(top).as_posix().encode() + b"\0")
+                h.update(f.read_bytes())
+        _CODE_DIGEST.append(h.digest())
+    return _CODE_DIGEST[0]
+
+
 def corpus_digest(corpus: Path = CORPUS) -> str:
     h = hashlib.sha1()
     h.update(str(MODEL_VERSION).encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(Path(sigs.__file__).read_bytes())
-    h.update(Path(frames_table.__file__).read_bytes())
-    h.update(Path(sglang_parser.__file__).read_bytes())  # the features come from its frames
+    h.update(_code_digest())
     h.update((corpus / "labels.csv").read_bytes())
     return h.hexdigest()[:16]
 

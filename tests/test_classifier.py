@@ -259,3 +259,14 @@ def test_packaged_model_is_current_and_used_by_a_fresh_store(tmp_path):
     classifier._MODEL_CACHE.clear()
     m = classifier.load_model(Store.open(tmp_path / "fresh"))
     assert m.data == packaged.data
+
+
+def test_the_model_digest_covers_every_file_of_a_package():
+    """A package's digest input is every *.py under it, so a split module stays covered."""
+    import forensics.sim
+    from forensics import classifier
+
+    root = Path(forensics.sim.__file__).parent
+    files = classifier._source_files(forensics.sim)
+    assert set(files) == set(root.rglob("*.py")) and len(files) > 1
+    assert classifier._source_files(classifier.sigs) == [Path(classifier.sigs.__file__)]
