@@ -328,6 +328,28 @@ def _first_error(store: Store) -> pl.DataFrame:
     )
 
 
+# Columns runs_table keeps beside RUN_COLUMNS for the library's own use (keys, shape, times)
+INTERNAL_COLUMNS = (
+    "source_id",
+    "run_index",
+    "first_line",
+    "last_line",
+    "port",
+    "style",
+    "config_source",
+    "ended_at",
+    "mem_fraction",
+    "dp_size",
+    "ep_size",
+    "cuda_graph_max_bs",
+    "streams",
+    "bench_at",
+    "bench_rate",
+    "bench_in_len",
+    "bench_out_len",
+)
+
+
 def runs_table(
     store: Store,
     match: str | None = None,
@@ -392,26 +414,7 @@ def runs_table(
     if match:
         df = filter_match(df, match)
     cols = [c for c in RUN_COLUMNS if c in df.columns]
-    extra = [
-        "source_id",
-        "run_index",
-        "first_line",
-        "last_line",
-        "port",
-        "style",
-        "config_source",
-        "ended_at",
-        "mem_fraction",
-        "dp_size",
-        "ep_size",
-        "cuda_graph_max_bs",
-        "streams",
-        "bench_at",
-        "bench_rate",
-        "bench_in_len",
-        "bench_out_len",
-        *[c for c in df.columns if c.startswith("exp_")],
-    ]
+    extra = [*INTERNAL_COLUMNS, *[c for c in df.columns if c.startswith("exp_")]]
     return df.select([*cols, *[c for c in extra if c in df.columns and c not in cols]])
 
 

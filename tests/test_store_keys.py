@@ -170,7 +170,7 @@ def test_batched_commits_kill_9_loses_at_most_the_batch_and_reingest_completes(t
         (logs / f"run_{i:04d}.log").write_text(body.replace("30000", str(31000 + i)))
     home = tmp_path / "st"
     code = (
-        "import sys, forensics.ingest as i; i.BATCH_FILES = 10; i.BATCH_SECONDS = 1e9; "
+        "import sys, forensics.ingest.batch as i; i.BATCH_FILES = 10; i.BATCH_SECONDS = 1e9; "
         "from forensics.cli import main; main(sys.argv[1:])"
     )
     cmd = [sys.executable, "-c", code, "--store", str(home), "ingest", str(logs)]

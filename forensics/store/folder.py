@@ -22,54 +22,33 @@ without forensics (see docs/store.md).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import json
 import os
-import re
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import StoreError, StoreLocked
-from forensics.migrations import SCHEMA_VERSION, migrate
+from forensics.store.manifest import (
+    MANIFEST,
+    PART_SUFFIX,
+    REPAIR_HINT,
+    Manifest,
+    StoreDamaged,
+    _crashed_part,
+    safe_part_name,
+)
+from forensics.store.transaction import Transaction, _write_error
 
 if TYPE_CHECKING:  # polars is imported where tables are read, not to check a manifest
     import polars as pl
 
-MANIFEST = "manifest.json"
 LOCK = "store.lock"
 DEFAULT_LOCK_TIMEOUT = 30.0
 QUARANTINE_LOCK_TIMEOUT = 5.0  # a reader waits this long to quarantine a corrupt part (C03)
 QUARANTINE_KEY = "quarantined"  # meta: the parts set aside, newest last
 CORRUPT_MARK = ".corrupt-"  # a quarantined part: <part>.corrupt-<timestamp>, never collected
-PART_SUFFIX = ".parquet"
-# <source id or x>-g<generation>-<12 hex>.parquet; parts of v1 stores have no -g<N>
-PART_NAME = re.compile(r"^(?P<sid>.+?)(?:-g(?P<gen>\d+))?-(?P<uid>[0-9a-f]{12})\.parquet$")
-REPAIR_HINT = "forensics store check, then forensics store repair to rebuild it from the parts"
-
-
-class StoreDamaged(StoreError):
-    """The store has parts but no usable manifest: refuse to read or write it."""
-
-
-class StoreReadOnly(StoreError):
-    """The store cannot be written (read-only file system, permissions)."""
-
-
-def safe_part_name(name: str) -> bool:
-    """A manifest entry names a file inside its table folder: no '/', no '..', not absolute."""
-    return (
-        bool(name)
-        and "/" not in name
-        and "\\" not in name
-        and name not in (".", "..")
-        and "\x00" not in name
-        and name.endswith(PART_SUFFIX)
-    )
 
 
 def default_root() -> Path:
@@ -78,100 +57,6 @@ def default_root() -> Path:
     from forensics.home import home
 
     return home()
-
-
-@dataclass
-class Manifest:
-    schema_version: int = SCHEMA_VERSION
-    # table name -> list of part file names (relative to tables/<table>/)
-    tables: dict[str, list[str]] = field(default_factory=dict)
-    # part file name -> source id that produced it ("" for parts not tied to a source)
-    part_source: dict[str, str] = field(default_factory=dict)
-    # source id -> source record (path, host, size, mtime, offset, parser state, ...)
-    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    generation: int = 0
-    # the migrations applied to this store (forensics/migrations.py), oldest first
-    migrations: list[dict[str, Any]] = field(default_factory=list)
-    # "<table>/<part>" dropped by a committed transaction, deleted after its commit
-    trash: list[str] = field(default_factory=list)
-    # False for a missing manifest or one without tables/generation (damaged if parts exist)
-    complete: bool = True
-    # names of migrations applied in memory at load, not yet committed
-    migrated: list[str] = field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: Path) -> Manifest:
-        hint = REPAIR_HINT
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            return cls(complete=False)
-        except (OSError, ValueError) as exc:
-            raise StoreDamaged(f"{path}: unreadable store manifest ({exc})", hint=hint) from exc
-        if not isinstance(raw, dict):
-            raise StoreDamaged(
-                f"{path}: unreadable store manifest (a JSON {type(raw).__name__}, not an object)",
-                hint=hint,
-            )
-        version = raw.get("schema_version", 1)
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise StoreDamaged(
-                f"{path}: damaged store manifest (schema_version {version!r})", hint=hint
-            )
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path}: store schema version {version}, this forensics reads up to "
-                f"{SCHEMA_VERSION} (written by a newer forensics)",
-                hint="use a matching forensics version or a new --store",
-            )
-        complete = "tables" in raw and "generation" in raw
-        try:
-            applied = migrate(raw)
-            tables = raw.get("tables", {})
-            man = cls(
-                schema_version=int(raw["schema_version"]),
-                tables={str(k): [str(p) for p in v] for k, v in tables.items()},
-                part_source=dict(raw.get("part_source", {})),
-                sources=dict(raw.get("sources", {})),
-                meta=dict(raw.get("meta", {})),
-                generation=int(raw.get("generation", 0)),
-                migrations=[dict(m) for m in raw.get("migrations", [])],
-                trash=[str(t) for t in raw.get("trash", [])],
-                complete=complete,
-                migrated=[m.name for m in applied],
-            )
-        except (AttributeError, TypeError, ValueError) as exc:  # C09: a damaged manifest
-            raise StoreDamaged(
-                f"{path}: damaged store manifest ({type(exc).__name__}: {exc})", hint=hint
-            ) from exc
-        return man
-
-    def unsafe_parts(self) -> list[tuple[str, str]]:
-        """(table, entry) the manifest lists that would point outside their table folder."""
-        return [
-            (t, p)
-            for t, parts in self.tables.items()
-            for p in parts
-            if not safe_part_name(p) or not safe_part_name(t + PART_SUFFIX)
-        ]
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "schema_version": self.schema_version,
-                "generation": self.generation,
-                "tables": self.tables,
-                "part_source": self.part_source,
-                "sources": self.sources,
-                "meta": self.meta,
-                "migrations": self.migrations,
-                "trash": self.trash,
-            },
-            indent=1,
-            sort_keys=True,
-            default=str,
-        )
 
 
 def _check_owner(root: Path) -> None:
@@ -493,161 +378,3 @@ class Store:
                     if f.name.endswith(PART_SUFFIX + ".tmp") or crashed:
                         with contextlib.suppress(OSError):
                             f.unlink()
-
-
-def _crashed_part(name: str, generation: int) -> bool:
-    """A part named for a generation above the committed ``generation``: its commit crashed."""
-    m = PART_NAME.match(name)
-    return bool(m and m["gen"] is not None and int(m["gen"]) > generation)
-
-
-# errno -> (cause, fix) for a write the store cannot make; always exit 7
-WRITE_ERRORS: dict[int, tuple[str, str]] = {
-    errno.ENOSPC: ("no space left on the device", "free disk space, then run it again"),
-    errno.EDQUOT: ("disk quota exceeded", "free space within your quota, then run it again"),
-    errno.EROFS: ("read-only file system", "reads still work; write to a writable --store"),
-    errno.EACCES: ("permission denied", "reads still work; write to a store you own"),
-    errno.EPERM: ("operation not permitted", "reads still work; write to a store you own"),
-}
-
-
-def _write_error(root: Path, exc: BaseException, what: str) -> StoreError:
-    """A failed store write as one line (exit 7): what, why, that nothing was changed."""
-    code = getattr(exc, "errno", None)
-    if code is None and "No space left" in str(exc):  # polars reports ENOSPC as text
-        code = errno.ENOSPC
-    cause, fix = WRITE_ERRORS.get(
-        code or -1, (getattr(exc, "strerror", None) or str(exc).splitlines()[0][:200], "")
-    )
-    cls = StoreReadOnly if code in (errno.EROFS, errno.EACCES, errno.EPERM) else StoreError
-    hint = (fix + "; " if fix else "") + "the store keeps its last commit, nothing half-written"
-    return cls(f"{root}: {what} ({cause})", hint=hint)
-
-
-class Transaction:
-    """Parts and manifest changes that become visible together, or not at all."""
-
-    def __init__(self, store: Store, manifest: Manifest):
-        self.store = store
-        self.man = manifest
-        self._new: list[tuple[str, str, Path]] = []  # (table, part name, tmp path)
-        self._drop_parts: set[tuple[str, str]] = set()
-        self.dirty = False  # anything to commit (an unchanged-files batch writes nothing)
-
-    def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
-        """Add ``df`` as a new part of ``table`` (checked against forensics/tables.py)."""
-        from forensics.tables import conform
-
-        if df.is_empty():
-            return
-        df = conform(table, df)
-        tdir = self.store.root / "tables" / table
-        name = f"{source_id or 'x'}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}.parquet"
-        tmp = tdir / (name + ".tmp")
-        try:
-            tdir.mkdir(parents=True, exist_ok=True)
-            df.write_parquet(tmp, compression="zstd", statistics=True)
-        except Exception as exc:  # C05: disk full (polars raises its own error types too)
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise _write_error(self.store.root, exc, f"cannot write a part of {table}") from exc
-        self._new.append((table, name, tmp))
-        self.man.part_source[name] = source_id
-        self.dirty = True
-
-    def savepoint(self, *source_ids: str) -> tuple[Any, ...]:
-        """A point to roll back to, for work on ``source_ids`` (one file of a batch)."""
-        recs = {sid: self.man.sources.get(sid) for sid in source_ids}
-        return (len(self._new), set(self._drop_parts), recs, self.dirty)
-
-    def rollback(self, point: tuple[Any, ...]) -> None:
-        """Undo what was done since ``savepoint`` (its new parts are removed)."""
-        n, drops, recs, dirty = point
-        for _, name, tmp in self._new[n:]:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            self.man.part_source.pop(name, None)
-        del self._new[n:]
-        self._drop_parts = drops
-        for sid, rec in recs.items():
-            if rec is None:
-                self.man.sources.pop(sid, None)
-            else:
-                self.man.sources[sid] = rec
-        self.dirty = dirty
-
-    def drop_source(self, source_id: str) -> None:
-        """Forget every part a source produced, and its ``<id>~*`` companions."""
-        for table, parts in self.man.tables.items():
-            for p in parts:
-                ps = self.man.part_source.get(p, "")
-                if ps == source_id or ps.startswith(source_id + "~"):
-                    self._drop_parts.add((table, p))
-        self.man.sources.pop(source_id, None)
-        self.dirty = True
-
-    def drop_rows(self, table: str, keep: pl.Expr) -> None:
-        """Rewrite a table keeping only rows matching ``keep`` (small tables only)."""
-        df = self.store.table(table)
-        if df.is_empty():
-            return
-        for p in self.man.tables.get(table, []):
-            self._drop_parts.add((table, p))
-        self.dirty = True
-        kept = df.filter(keep)
-        self.append(table, kept)
-
-    def set_source(self, source_id: str, record: dict[str, Any]) -> None:
-        self.man.sources[source_id] = record
-        self.dirty = True
-
-    def set_meta(self, key: str, value: Any) -> None:
-        self.man.meta[key] = value
-        self.dirty = True
-
-    def abort(self) -> None:
-        for _, name, tmp in self._new:
-            for f in (tmp, tmp.with_name(name)):
-                with contextlib.suppress(OSError):
-                    f.unlink()
-            self.man.part_source.pop(name, None)
-        self._new.clear()
-
-    def commit(self) -> None:
-        if not self.dirty and not self._new and not self._drop_parts:
-            return  # nothing changed: the manifest stays as it is (a read-only store too)
-        root = self.store.root
-        tmp_man = root / (MANIFEST + ".tmp")
-        try:
-            for table, name, tmp in self._new:
-                os.replace(tmp, tmp.with_name(name))
-                self.man.tables.setdefault(table, []).append(name)
-            for table, p in self._drop_parts:
-                if p in self.man.tables.get(table, []):
-                    self.man.tables[table].remove(p)
-                    self.man.trash.append(f"{table}/{p}")
-                self.man.part_source.pop(p, None)
-            self.man.generation += 1
-            data = self.man.to_json().encode()
-            fd = os.open(tmp_man, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp_man, root / MANIFEST)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp_man.unlink()
-            self.abort()  # the renamed parts too: the old manifest never listed them
-            raise _write_error(root, exc, "cannot commit to the store") from exc
-        with contextlib.suppress(OSError):  # the manifest is replaced: make it durable
-            dfd = os.open(root, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        self._new.clear()
-        self.store._gc(self.man)

@@ -1,0 +1,280 @@
+"""Ingest of one log file into a transaction: decide what changed (unchanged, grown,
+rewritten), parse the new bytes from the saved state, buffer its rows as parts."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from forensics.errors import (
+    BadPath,
+    FileMissing,
+    NotALog,
+    NotRegularFile,
+    PermissionDenied,
+    StreamDamaged,
+)
+from forensics.ingest.hashing import _Hasher
+from forensics.ingest.identity import _device, _inside, _same_file, source_id
+from forensics.ingest.outcome import SKIP_FOR, FileOutcome, IngestSummary, _account, _skip
+from forensics.logsource import HEAD_BYTES, open_log
+
+if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes to parse
+    from concurrent.futures import Future
+
+    from forensics.ingest.batch import _Batch
+    from forensics_parsers.sglang import Frames
+
+FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
+PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
+
+
+class _Buffer:
+    """Frames accumulated for one source, written as parts every FLUSH_ROWS rows."""
+
+    def __init__(self, tx: Any, sid: str):
+        import polars as pl
+
+        self.pl = pl
+        self.tx = tx
+        self.sid = sid
+        self.pending: dict[str, list[Any]] = {t: [] for t in PER_SOURCE_TABLES}
+        self.rows: dict[str, int] = dict.fromkeys(PER_SOURCE_TABLES, 0)
+
+    def add(self, frames: Frames, *, part_sid: str | None = None, path: str, host: str) -> None:
+        for t in PER_SOURCE_TABLES:
+            df = getattr(frames, t)
+            if df.is_empty():
+                continue
+            df = df.with_columns(self.pl.lit(self.sid).alias("source_id"))
+            if part_sid is not None:
+                self.tx.append(t, df, source_id=part_sid)
+                continue
+            self.pending[t].append(df)
+            self.rows[t] += len(df)
+            if self.rows[t] >= FLUSH_ROWS:
+                self.flush(t)
+
+    def flush(self, table: str | None = None) -> None:
+        for t in [table] if table else PER_SOURCE_TABLES:
+            if self.pending[t]:
+                self.tx.append(
+                    t,
+                    self.pl.concat(self.pending[t], how="vertical_relaxed"),
+                    source_id=self.sid,
+                )
+                self.pending[t] = []
+                self.rows[t] = 0
+
+
+@dataclass
+class _Opened:
+    """A log opened for ingest: what is known of it before its bytes are parsed."""
+
+    out: FileOutcome
+    src: Any  # forensics.logsource's opened log
+    hasher: _Hasher
+    dev: int | None
+    head_hash: str
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.src.transformed)
+
+
+def _ingest_one(
+    tx: Any,
+    host: Any,
+    path: str,
+    summary: IngestSummary,
+    name_pattern: str | None,
+    report: Callable[[int, int], None] | None = None,
+    batch: _Batch | None = None,
+) -> FileOutcome:
+    """Ingest one file into ``tx``; ``report(done_bytes, total_bytes)`` per chunk."""
+    opened = _open(tx, host, path, summary, batch)
+    if isinstance(opened, FileOutcome):
+        return opened
+    resume = _compare(tx, host, path, opened)
+    if resume is None:
+        return opened.out
+    offset, state = resume
+    st = opened.src.stat
+    if st.size == 0:
+        summary.warnings.append(f"{path}: empty file (0 bytes)")
+    from forensics_parsers.sglang import LogParser
+
+    date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+    parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
+    buf = _Buffer(tx, opened.out.source_id)
+    consumed, last_frames = _parse(opened, parser, buf, summary, offset, report)
+    buf.flush()
+    complete_state = parser.state()
+    complete_offset = consumed - parser.pending_bytes if not opened.compressed else consumed
+    tail = parser.finish()
+    _account(summary, opened.out, tail)
+    buf.add(tail, part_sid=opened.out.source_id + "~tail", path=path, host=host.name)
+    runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
+    _record(tx, opened, runs, complete_offset, complete_state)
+    opened.out.bytes_parsed = consumed - offset
+    return opened.out
+
+
+def _open(
+    tx: Any, host: Any, path: str, summary: IngestSummary, batch: _Batch | None
+) -> _Opened | FileOutcome:
+    """Open ``path`` through the log source (its reads feed the content hash), or the
+    outcome of a file skipped (the store's own, refused by the log source, a hard link)."""
+    hname = host.name
+    sid = source_id(hname, path)
+    out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
+    if hname == "local" and _inside(path, tx.store.root):
+        return _skip(out, summary, "store")
+    hasher = _Hasher()
+    try:
+        src = open_log(hasher.tap(host), path, where=path)
+    except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
+        return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
+    except OSError as exc:
+        return _skip(out, summary, "unreadable", exc.strerror or str(exc))
+    dev = _device(host, path)
+    same = _same_file(tx, batch, hname, dev, src.stat.inode, sid, path)
+    if same:
+        return _skip(out, summary, "duplicate", same)
+    head_hash = hashlib.sha1(src.head[: min(len(src.head), HEAD_BYTES)]).hexdigest()
+    return _Opened(out, src, hasher, dev, head_hash)
+
+
+def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, Any] | None] | None:
+    """What changed since the last ingest: None when nothing did (``o.out`` says unchanged),
+    else (offset, parser state) to parse from: (0, None) for a new or rewritten file (whose
+    rows are dropped), the saved point of a grown one (its tail and run summaries dropped)."""
+    sid, st, head = o.out.source_id, o.src.stat, o.src.head
+    prev = tx.man.sources.get(sid)
+    if prev is None:
+        return 0, None
+    known = prev.get("content_hash")
+    if (
+        known
+        and prev.get("size") == st.size
+        and prev.get("mtime") == st.mtime
+        and prev.get("head_hash_full") == o.head_hash
+        and o.hasher.of_file(host, path, st.size) == known
+    ):
+        o.out.status = "unchanged"
+        o.out.runs = prev.get("runs", 0)
+        return None
+    o.hasher.reset()
+    head_len = prev.get("head_len", 0)
+    same_head = (
+        head_len <= len(head) and prev.get("head_hash") == hashlib.sha1(head[:head_len]).hexdigest()
+    )
+    if (
+        known
+        and not o.compressed
+        and same_head
+        and st.size >= (prev.get("size") or 0)
+        and prev.get("state") is not None
+        and o.hasher.of_file(host, path, prev["size"]) == known
+    ):
+        o.out.status = "grown"
+        # records of a previously unfinished last line, and the run summaries, are replaced
+        tx.drop_source(sid + "~tail")
+        tx.drop_source(sid + "~runs")
+        return prev["offset"], prev["state"]
+    o.hasher.reset()
+    o.out.status = "rewritten"
+    tx.drop_source(sid)
+    return 0, None
+
+
+def _parse(
+    o: _Opened,
+    parser: Any,
+    buf: _Buffer,
+    summary: IngestSummary,
+    offset: int,
+    report: Callable[[int, int], None] | None,
+) -> tuple[int, Frames | None]:
+    """Feed the bytes from ``offset`` to ``parser`` into ``buf``; -> (bytes consumed up to,
+    the last chunk's frames)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from forensics.hosts import ReadIncomplete
+    from forensics_parsers.sglang import extract_batch
+
+    path, size = o.out.path, o.src.stat.size
+    consumed = offset
+    last_frames: Frames | None = None
+
+    def finish_chunk(frames: Frames, prepared: Any) -> None:
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        buf.add(frames, path=path, host=o.out.host)
+
+    # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
+    # over it while the worker extracts the metrics fields of chunk k and buffers and
+    # writes its rows (polars releases the GIL). One worker takes the chunks in order,
+    # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
+    # no thread outlives the file, and the transaction aborts or commits after it.
+    with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
+        pending: Future | None = None
+        try:
+            for chunk in o.src.chunks(offset):
+                consumed += len(chunk)
+                frames, prepared = parser.feed_split(chunk)
+                _account(summary, o.out, frames)
+                job = pool.submit(finish_chunk, frames, prepared)
+                if pending is not None:
+                    pending.result()  # at most one chunk waits: memory stays bounded
+                pending = job
+                last_frames = frames
+                if report:
+                    report(consumed - offset, max(0, size - offset))
+        except ReadIncomplete as exc:
+            summary.warnings.append(f"{path}: {exc.message}; kept what was read")
+            o.out.reason = "incomplete"
+        except StreamDamaged as exc:
+            summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
+            summary.warnings.append(exc.message)
+        if pending is not None:
+            pending.result()
+    return consumed, last_frames
+
+
+def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] | None) -> None:
+    """The run summaries of the file and its source record (where the next ingest resumes)."""
+    import polars as pl
+
+    sid, path, hname = o.out.source_id, o.out.path, o.out.host
+    if runs is not None and not runs.is_empty():
+        runs = runs.with_columns(
+            pl.lit(sid).alias("source_id"),
+            pl.lit(path).alias("path"),
+            pl.lit(hname).alias("host_name"),
+        )
+        tx.append("runs", runs, source_id=sid + "~runs")
+        o.out.runs = len(runs)
+    st, head = o.src.stat, o.src.head
+    tx.set_source(
+        sid,
+        {
+            "path": path,
+            "host": hname,
+            "size": o.hasher.size if not o.compressed else st.size,
+            "mtime": st.mtime,
+            "inode": st.inode,
+            "dev": o.dev,
+            "content_hash": o.hasher.hexdigest(),
+            "head_len": min(len(head), HEAD_BYTES),
+            "head_hash": o.head_hash,
+            "head_hash_full": o.head_hash,
+            "offset": offset,
+            "state": None if o.compressed else state,
+            "runs": o.out.runs,
+            "ingested_at": time.time(),
+        },
+    )

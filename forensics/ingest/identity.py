@@ -1,0 +1,84 @@
+"""Which file a source is: its id (host and real path), whether it is one of the store's own
+files, and whether it is a file already ingested under another name (a hard link)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from forensics.ingest.batch import _Batch
+
+
+def source_id(host: str, path: str) -> str:
+    return hashlib.sha1(f"{host}:{path}".encode()).hexdigest()[:12]
+
+
+# The store's own files, relative to its folder (logs a launch or a sweep writes under
+# $FORENSICS_HOME/sweeps/..., evidence dumps, are not the store's: they may be ingested).
+STORE_FILES = ("manifest.json*", "store.lock", "tables/**", "models/**")
+
+
+def _inside(path: str, root: Path) -> bool:
+    """Is ``path`` one of the store's own files (STORE_FILES under its folder)?"""
+    import fnmatch
+
+    try:
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+    except ValueError:
+        return False
+    if rel.startswith(".."):
+        return False
+    return any(fnmatch.fnmatch(rel, pat) or rel.startswith(pat.split("/")[0] + "/")
+               for pat in STORE_FILES)  # fmt: skip
+
+
+def _device(host: Any, path: str) -> int | None:
+    if host.name != "local":
+        return None  # SFTP carries no device or inode
+    try:
+        return os.stat(os.path.expanduser(path)).st_dev
+    except OSError:
+        return None
+
+
+def _same_file(
+    tx: Any,
+    batch: _Batch | None,
+    hname: str,
+    dev: int | None,
+    inode: int | None,
+    sid: str,
+    path: str,
+) -> str | None:
+    """The path under which this very file (same device and inode) is already ingested."""
+    if dev is None or inode is None:
+        return None
+    key = (hname, dev, inode)
+    seen = batch.seen if batch is not None else {}
+    if key in seen and seen[key][0] != sid:
+        return seen[key][1]
+    index = batch.stored_inodes(tx) if batch is not None else _inode_index(tx)
+    for osid, opath in index.get(key, ()):
+        if osid == sid:
+            continue
+        try:
+            st = os.stat(opath)
+        except (OSError, TypeError):
+            continue
+        if (st.st_dev, st.st_ino) == (dev, inode):
+            return opath
+    seen[key] = (sid, path)
+    return None
+
+
+def _inode_index(tx: Any) -> dict[tuple[str, int, int], list[tuple[str, str]]]:
+    """(host, dev, inode) -> [(source id, path)] of the stored sources that record them."""
+    index: dict[tuple[str, int, int], list[tuple[str, str]]] = {}
+    for osid, rec in tx.man.sources.items():
+        if rec.get("dev") is not None and rec.get("inode") is not None:
+            key = (rec.get("host"), rec["dev"], rec["inode"])
+            index.setdefault(key, []).append((osid, rec.get("path")))
+    return index

@@ -1,0 +1,141 @@
+"""What ingest did with each file (FileOutcome) and in all (IngestSummary), and why a file
+was skipped (SKIP_REASONS: the warning shown; SKIP_FOR: the log source's refusals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from forensics.errors import (
+    EXIT_PARTIAL,
+    BadPath,
+    FileMissing,
+    ForensicsError,
+    NotALog,
+    NotRegularFile,
+    PermissionDenied,
+)
+
+if TYPE_CHECKING:
+    from forensics_parsers.sglang import Frames
+
+CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    host: str
+    status: str  # new | grown | rewritten | unchanged | skipped | failed
+    reason: str = ""
+    source_id: str = ""
+    runs: int = 0
+    lines: int = 0
+    decode_lines: int = 0
+    bytes_parsed: int = 0
+    results: int = 0  # benchmark results of a results file (forensics/bench_results.py)
+    attached: int = 0  # ... of them attached to a run
+    committed: bool = False  # in the store (its batch was committed)
+
+
+@dataclass
+class IngestSummary:
+    files: list[FileOutcome] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    interrupted: bool = False
+    refused: list[ForensicsError] = field(default_factory=list)  # the log source's refusals
+
+    def as_dict(self) -> dict[str, Any]:
+        by_status: dict[str, int] = {}
+        skipped: dict[str, int] = {}
+        for f in self.files:
+            by_status[f.status] = by_status.get(f.status, 0) + 1
+            if f.status in ("skipped", "failed"):
+                skipped[f.reason] = skipped.get(f.reason, 0) + 1
+        unparsed = {k: v for k, v in self.counts.items() if k.startswith("unknown")}
+        return {
+            "files": len(self.files),
+            "files_by_status": by_status,
+            "files_skipped": skipped,
+            "runs": sum(f.runs for f in self.files if f.status not in ("unchanged",)),
+            "lines_total": self.stats.get("lines_total", 0),
+            "records": sum(v for k, v in self.counts.items() if not k.startswith("unknown")),
+            "decode_lines": self.counts.get("decode", 0),
+            "prefill_lines": self.counts.get("prefill", 0),
+            "lines_unparsed": sum(unparsed.values()),
+            "lines_by_kind": dict(sorted(self.counts.items())),
+            "bytes_parsed": sum(f.bytes_parsed for f in self.files),
+            **{
+                k: self.stats.get(k, 0)
+                for k in (
+                    "decode_errors",
+                    "nul_bytes",
+                    "long_lines_truncated",
+                    "progress_frames_collapsed",
+                    "ansi_stripped",
+                    "ts_out_of_order",
+                    "partial_lines",
+                    "compressed_truncated",
+                )
+            },
+            "segments_detected": sum(f.runs for f in self.files),
+            "results": sum(f.results for f in self.files),
+            "results_attached": sum(f.attached for f in self.files),
+            "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted,
+            "warnings": self.warnings,
+            "file_details": [f.__dict__ for f in self.files],
+        }
+
+
+# Why a file was skipped -> the warning shown (the other inputs are still ingested).
+SKIP_REASONS = {
+    "vanished": "vanished before it could be read",
+    "permission": "permission denied (skipped)",
+    "unreadable": "unreadable ({detail}), skipped",
+    "binary": "{detail} (skipped)",
+    "not-regular": "{detail} (skipped)",
+    "bad-path": "{detail} (skipped)",
+    "duplicate": "the same file as {detail} (a hard link): ingested once",
+    "store": "a file of the forensics store itself, not a log (skipped)",
+}
+# The log source's refusals (forensics.logsource.open_log) -> the skip reason.
+SKIP_FOR: dict[type, str] = {
+    FileMissing: "vanished",
+    PermissionDenied: "permission",
+    NotRegularFile: "not-regular",
+    BadPath: "bad-path",
+    NotALog: "binary",
+}
+
+
+def _skip(
+    out: FileOutcome,
+    summary: IngestSummary,
+    reason: str,
+    detail: str = "",
+    error: ForensicsError | None = None,
+) -> FileOutcome:
+    out.status, out.reason = "skipped", reason
+    if error is not None:
+        summary.refused.append(error)
+    summary.warnings.append(f"{out.path}: " + SKIP_REASONS[reason].format(detail=detail))
+    return out
+
+
+def _account(summary: IngestSummary, out: FileOutcome, frames: Frames) -> None:
+    for k, v in frames.counts.items():
+        summary.counts[k] = summary.counts.get(k, 0) + v
+    for k, v in frames.stats.items():
+        summary.stats[k] = summary.stats.get(k, 0) + v
+    out.lines += frames.stats.get("lines_total", 0)
+    out.decode_lines += frames.counts.get("decode", 0)
+
+
+def exit_code_for(summary: IngestSummary) -> int:
+    """0, or 4 (partial) when some files failed or were skipped for a reason other than empty."""
+    bad = [f for f in summary.files if f.status in ("failed",)]
+    return EXIT_PARTIAL if bad else 0

@@ -1,0 +1,136 @@
+"""The store's manifest: the one file that says what the store holds (schema version,
+sources, the parts of each table, meta, the trash of dropped parts). Read and migrated in
+memory here; written only by a committing transaction (forensics/store/transaction.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import StoreError
+from forensics.migrations import SCHEMA_VERSION, migrate
+
+MANIFEST = "manifest.json"
+PART_SUFFIX = ".parquet"
+# <source id or x>-g<generation>-<12 hex>.parquet; parts of v1 stores have no -g<N>
+PART_NAME = re.compile(r"^(?P<sid>.+?)(?:-g(?P<gen>\d+))?-(?P<uid>[0-9a-f]{12})\.parquet$")
+REPAIR_HINT = "forensics store check, then forensics store repair to rebuild it from the parts"
+
+
+class StoreDamaged(StoreError):
+    """The store has parts but no usable manifest: refuse to read or write it."""
+
+
+def safe_part_name(name: str) -> bool:
+    """A manifest entry names a file inside its table folder: no '/', no '..', not absolute."""
+    return (
+        bool(name)
+        and "/" not in name
+        and "\\" not in name
+        and name not in (".", "..")
+        and "\x00" not in name
+        and name.endswith(PART_SUFFIX)
+    )
+
+
+@dataclass
+class Manifest:
+    schema_version: int = SCHEMA_VERSION
+    # table name -> list of part file names (relative to tables/<table>/)
+    tables: dict[str, list[str]] = field(default_factory=dict)
+    # part file name -> source id that produced it ("" for parts not tied to a source)
+    part_source: dict[str, str] = field(default_factory=dict)
+    # source id -> source record (path, host, size, mtime, offset, parser state, ...)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+    # the migrations applied to this store (forensics/migrations.py), oldest first
+    migrations: list[dict[str, Any]] = field(default_factory=list)
+    # "<table>/<part>" dropped by a committed transaction, deleted after its commit
+    trash: list[str] = field(default_factory=list)
+    # False for a missing manifest or one without tables/generation (damaged if parts exist)
+    complete: bool = True
+    # names of migrations applied in memory at load, not yet committed
+    migrated: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        hint = REPAIR_HINT
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(complete=False)
+        except (OSError, ValueError) as exc:
+            raise StoreDamaged(f"{path}: unreadable store manifest ({exc})", hint=hint) from exc
+        if not isinstance(raw, dict):
+            raise StoreDamaged(
+                f"{path}: unreadable store manifest (a JSON {type(raw).__name__}, not an object)",
+                hint=hint,
+            )
+        version = raw.get("schema_version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise StoreDamaged(
+                f"{path}: damaged store manifest (schema_version {version!r})", hint=hint
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: store schema version {version}, this forensics reads up to "
+                f"{SCHEMA_VERSION} (written by a newer forensics)",
+                hint="use a matching forensics version or a new --store",
+            )
+        complete = "tables" in raw and "generation" in raw
+        try:
+            applied = migrate(raw)
+            tables = raw.get("tables", {})
+            man = cls(
+                schema_version=int(raw["schema_version"]),
+                tables={str(k): [str(p) for p in v] for k, v in tables.items()},
+                part_source=dict(raw.get("part_source", {})),
+                sources=dict(raw.get("sources", {})),
+                meta=dict(raw.get("meta", {})),
+                generation=int(raw.get("generation", 0)),
+                migrations=[dict(m) for m in raw.get("migrations", [])],
+                trash=[str(t) for t in raw.get("trash", [])],
+                complete=complete,
+                migrated=[m.name for m in applied],
+            )
+        except (AttributeError, TypeError, ValueError) as exc:  # C09: a damaged manifest
+            raise StoreDamaged(
+                f"{path}: damaged store manifest ({type(exc).__name__}: {exc})", hint=hint
+            ) from exc
+        return man
+
+    def unsafe_parts(self) -> list[tuple[str, str]]:
+        """(table, entry) the manifest lists that would point outside their table folder."""
+        return [
+            (t, p)
+            for t, parts in self.tables.items()
+            for p in parts
+            if not safe_part_name(p) or not safe_part_name(t + PART_SUFFIX)
+        ]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "schema_version": self.schema_version,
+                "generation": self.generation,
+                "tables": self.tables,
+                "part_source": self.part_source,
+                "sources": self.sources,
+                "meta": self.meta,
+                "migrations": self.migrations,
+                "trash": self.trash,
+            },
+            indent=1,
+            sort_keys=True,
+            default=str,
+        )
+
+
+def _crashed_part(name: str, generation: int) -> bool:
+    """A part named for a generation above the committed ``generation``: its commit crashed."""
+    m = PART_NAME.match(name)
+    return bool(m and m["gen"] is not None and int(m["gen"]) > generation)
