@@ -60,299 +60,310 @@ def _expand_globs(paths: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def register(cli: click.Group) -> None:
-    @cli.group("classify", cls=_FilesByDefault)
-    def classify_group() -> None:
-        """Classify logs without ingesting them: phase, hung, signature, evidence.
+@click.group("classify", cls=_FilesByDefault)
+def classify_group() -> None:
+    """Classify logs without ingesting them: phase, hung, signature, evidence.
 
-        \b
-        forensics classify LOG...        one verdict per run found in each log
-        forensics classify train         retrain (corpus + your `forensics label`s)
-        forensics classify eval          cross-validated figures of the classifier
-        """
+    \b
+    forensics classify LOG...        one verdict per run found in each log
+    forensics classify train         retrain (corpus + your `forensics label`s)
+    forensics classify eval          cross-validated figures of the classifier
+    """
 
-    @classify_group.command("files")
-    @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
-    @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
-    @click.pass_context
-    def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) -> None:
-        """Classify LOG files (the default subcommand).
 
-        A LOG may be remote: NAME:/path/x.log (a host of forensics.toml) or
-        ssh://user@host[:port]/path/x.log; quoted globs are expanded on that host.
-        `-` reads a paste from standard input (its first 32 MiB; the rest is not read).
-        """
-        from forensics import classifier
-        from forensics.diagnose import classify_location
-        from forensics.errors import InputNotFound, UsageError
+@classify_group.command("files")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.pass_context
+def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) -> None:
+    """Classify LOG files (the default subcommand).
 
-        def warn(message: str) -> None:
-            click.echo(f"Warning: {message}", err=True)
+    A LOG may be remote: NAME:/path/x.log (a host of forensics.toml) or
+    ssh://user@host[:port]/path/x.log; quoted globs are expanded on that host.
+    `-` reads a paste from standard input (its first 32 MiB; the rest is not read).
+    """
+    from forensics import classifier
+    from forensics.diagnose import classify_location
+    from forensics.errors import InputNotFound, UsageError
 
-        if "-" in paths and len(paths) > 1:
-            raise click.UsageError("`-` (a paste on standard input) goes alone: classify - < x.log")
-        paths = paths if paths == ("-",) else _expand_globs(paths)
-        store = get_store(ctx)
-        model = classifier.load_model(store)
-        out = []
-        missing = []
-        for p in paths:
-            try:
-                if p == "-":
-                    out += [v.as_dict() for v in _classify_stdin(model)]
-                    continue
-                out += [v.as_dict() for v in classify_location(p, model, warn=warn)]
-            except (InputNotFound, UsageError) as exc:  # missing, not a file, not a log
-                if len(paths) == 1:
-                    raise
-                missing.append(str(exc))
-        if as_json:
-            echo_json(out)
-        else:
-            for v in out:
-                hung = " (hung)" if v["hung"] else ""
-                click.echo(
-                    f"{v['path']}#{v['run_index'] + 1}: {v['phase']}{hung}  "  # 1-based, as `runs`
-                    f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
-                )
-                click.echo(f"  {v['explanation']}")
-                for e in v["evidence"][:4]:
-                    click.echo(f"    {v['path']}:{e['line']}: {e['text'][:160]}")
-                for s in v["next_steps"][:3]:
-                    click.echo(f"  - {s}")
-        for m in missing:
-            click.echo(f"Error: {m}", err=True)
-        if missing:
-            ctx.exit(4)
+    def warn(message: str) -> None:
+        click.echo(f"Warning: {message}", err=True)
 
-    def _classify_stdin(model):
-        import sys
-
-        from forensics import classifier
-        from forensics.errors import UsageError
-
-        if sys.stdin.isatty():
-            click.echo("paste the log, then Ctrl-D on a line of its own", err=True)
-        data, cut = classifier.read_paste(sys.stdin.buffer)
-        if cut:
-            size = f"{classifier.PASTE_MAX / 2**20:g} MiB"
-            click.echo(
-                f"Warning: <stdin>: more than {size}; classified its first {size} "
-                "(give the log's path to classify all of it)",
-                err=True,
-            )
-        if not data.strip():
-            raise UsageError("<stdin>: empty paste", hint="pipe or paste a log: classify - < x.log")
-        return classifier.classify_bytes(data, model, path="<stdin>")
-
-    @classify_group.command("train")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @click.pass_context
-    def classify_train(ctx: click.Context, as_json: bool) -> None:
-        """Retrain from the shipped corpus plus your labels; saved in the store (JSON)."""
-        from forensics import classifier, verdicts
-
-        store = get_store(ctx)
-        m = verdicts.train(store)
-        info = {
-            k: m.data.get(k)
-            for k in ("n_examples", "n_user_labels", "temperature", "trained_at", "digest")
-        }
-        info["path"] = str(classifier._model_path(store))
-        if as_json:
-            echo_json(info)
-        else:
-            click.echo(
-                f"trained on {info['n_examples']} examples "
-                f"({info['n_user_labels']} of them your labels); saved to {info['path']}"
-            )
-
-    @classify_group.command("eval")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @click.option(
-        "--folds",
-        type=Number(2, integer=True),
-        default=5,
-        show_default=True,
-        help="Cross-validation folds.",
-    )
-    @click.option(
-        "--real",
-        "real_dir",
-        default=None,
-        type=click.Path(file_okay=False),
-        help="Score a labelled folder of real logs (labels.csv + <id>.log, the format of "
-        "shared/real-logs-dev) instead of the shipped corpus.",
-    )
-    def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
-        """Held-out and grouped cross-validated precision, recall, macro-F1, confusion.
-
-        With --real DIR: accuracy, macro-F1 over the six phases on the decidable excerpts,
-        the share wrong with confidence >= 0.8, calibration (ECE, reliability) and, with
-        --json, one row per file.
-        """
-        from forensics import classifier
-
-        if real_dir is not None:
-            from forensics import real_eval
-
-            rr = real_eval.evaluate_real(real_dir)
-            if as_json:
-                echo_json(rr)
-            else:
-                for line in real_eval.render(rr):
-                    click.echo(line)
-            return
-        r = classifier.evaluate(folds=folds)
-        if as_json:
-            echo_json(r)
-            return
-        click.echo(
-            f"{r['examples']} examples: train {r['train']}, held-out {r['test']}, "
-            f"hand-written {r['hand_examples']}"
-        )
-        for key, title in (
-            ("heldout", "held-out families"),
-            ("hand", "hand-written"),
-            ("cv", f"{folds}-fold grouped CV"),
-        ):
-            s = r.get(key)
-            if not s:
+    if "-" in paths and len(paths) > 1:
+        raise click.UsageError("`-` (a paste on standard input) goes alone: classify - < x.log")
+    paths = paths if paths == ("-",) else _expand_globs(paths)
+    store = get_store(ctx)
+    model = classifier.load_model(store)
+    out = []
+    missing = []
+    for p in paths:
+        try:
+            if p == "-":
+                out += [v.as_dict() for v in _classify_stdin(model)]
                 continue
-            click.echo(f"\n{title}: n={s['n']} accuracy={s['accuracy']} macro-F1={s['macro_f1']}")
-            click.echo(f"  {'phase':<9} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
-            for ph, m in s["per_phase"].items():
-                click.echo(
-                    f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}"
-                )
-            cols = list(classifier.PHASES)
-            click.echo("  confusion (rows: label, columns: predicted)")
-            click.echo("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols))
-            for t, row in s["confusion"].items():
-                click.echo(f"  {t:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols))
-
-    @cli.command("diagnose")
-    @click.argument("match")
-    @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
-    @click.option(
-        "--relaunch",
-        is_flag=True,
-        help="Replay the launch step by step with a journal, then diagnose it.",
-    )
-    @click.option(
-        "--log",
-        "log_path",
-        default=None,
-        help="Diagnose this log: PATH, NAME:/PATH or ssh://user@host[:port]/PATH "
-        "(a file the host says is not there is evidence too).",
-    )
-    @click.option(
-        "--host", default=None, help="Host of a plain --log PATH / of the launch (a config name)."
-    )
-    @click.option(
-        "--shell",
-        "shell_text",
-        default=None,
-        help="With --relaunch: the exact chain you ran (else the recorded launch or recipe).",
-    )
-    @click.option(
-        "--safe-patterns",
-        is_flag=True,
-        help="With --relaunch: replace broad kill patterns by a marker unique to the replay.",
-    )
-    @click.option(
-        "--sim", is_flag=True, help="With --relaunch: the simulated server in place of SGLang."
-    )
-    @click.option("--sim-speed", type=float, default=200.0, show_default=True, hidden=True)
-    @click.option("--deadline", type=POSITIVE, default=None, help="Seconds to wait for /health.")
-    @click.option("--step-deadline", type=POSITIVE, default=None, help="Seconds per chain step.")
-    @click.pass_context
-    def diagnose_cmd(
-        ctx: click.Context,
-        match: str,
-        as_json: bool,
-        relaunch: bool,
-        log_path: str | None,
-        host: str | None,
-        shell_text: str | None,
-        safe_patterns: bool,
-        sim: bool,
-        sim_speed: float,
-        deadline: float | None,
-        step_deadline: float | None,
-    ) -> None:
-        """Why did run MATCH fail: phase, signature, evidence, timeline, next steps.
-
-        MATCH is a run name fragment (e.g. 2step); several matches give one report each,
-        newest first. When nothing matches, the log MATCH names by the naming convention
-        (sglang_eagle3_cg_2step.log beside the ingested _3step, _4step logs) is looked for
-        on their host: one that was never written is the evidence.
-        """
-        from forensics import diagnose as dg
-
-        store = get_store(ctx)
-        if not relaunch and (shell_text is not None or safe_patterns or sim):
-            raise click.UsageError("--shell, --safe-patterns and --sim go with --relaunch")
-        if not relaunch and (deadline is not None or step_deadline is not None):
-            raise click.UsageError("--deadline and --step-deadline go with --relaunch")
-        if relaunch and log_path is not None:
-            raise click.UsageError("--log diagnoses an existing log; leave it out with --relaunch")
-        if host is not None and not (relaunch or log_path is not None):
-            raise click.UsageError("--host goes with --log PATH or --relaunch")
-        if relaunch:
-            res = dg.relaunch(
-                store,
-                match,
-                host=host,
-                shell=shell_text,
-                safe_patterns=safe_patterns,
-                sim={"speed": sim_speed} if sim else None,
-                deadline=deadline,
-                step_deadline=step_deadline,
+            out += [v.as_dict() for v in classify_location(p, model, warn=warn)]
+        except (InputNotFound, UsageError) as exc:  # missing, not a file, not a log
+            if len(paths) == 1:
+                raise
+            missing.append(str(exc))
+    if as_json:
+        echo_json(out)
+    else:
+        for v in out:
+            hung = " (hung)" if v["hung"] else ""
+            click.echo(
+                f"{v['path']}#{v['run_index'] + 1}: {v['phase']}{hung}  "  # 1-based, as `runs`
+                f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
             )
-            print_launch_result(res, "json" if as_json else "table")
-            return
-        reports = dg.diagnose(store, match, log=log_path, host=host)
+            click.echo(f"  {v['explanation']}")
+            for e in v["evidence"][:4]:
+                click.echo(f"    {v['path']}:{e['line']}: {e['text'][:160]}")
+            for s in v["next_steps"][:3]:
+                click.echo(f"  - {s}")
+    for m in missing:
+        click.echo(f"Error: {m}", err=True)
+    if missing:
+        ctx.exit(4)
+
+
+def _classify_stdin(model):
+    import sys
+
+    from forensics import classifier
+    from forensics.errors import UsageError
+
+    if sys.stdin.isatty():
+        click.echo("paste the log, then Ctrl-D on a line of its own", err=True)
+    data, cut = classifier.read_paste(sys.stdin.buffer)
+    if cut:
+        size = f"{classifier.PASTE_MAX / 2**20:g} MiB"
+        click.echo(
+            f"Warning: <stdin>: more than {size}; classified its first {size} "
+            "(give the log's path to classify all of it)",
+            err=True,
+        )
+    if not data.strip():
+        raise UsageError("<stdin>: empty paste", hint="pipe or paste a log: classify - < x.log")
+    return classifier.classify_bytes(data, model, path="<stdin>")
+
+
+@classify_group.command("train")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def classify_train(ctx: click.Context, as_json: bool) -> None:
+    """Retrain from the shipped corpus plus your labels; saved in the store (JSON)."""
+    from forensics import classifier, verdicts
+
+    store = get_store(ctx)
+    m = verdicts.train(store)
+    info = {
+        k: m.data.get(k)
+        for k in ("n_examples", "n_user_labels", "temperature", "trained_at", "digest")
+    }
+    info["path"] = str(classifier._model_path(store))
+    if as_json:
+        echo_json(info)
+    else:
+        click.echo(
+            f"trained on {info['n_examples']} examples "
+            f"({info['n_user_labels']} of them your labels); saved to {info['path']}"
+        )
+
+
+@classify_group.command("eval")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--folds",
+    type=Number(2, integer=True),
+    default=5,
+    show_default=True,
+    help="Cross-validation folds.",
+)
+@click.option(
+    "--real",
+    "real_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Score a labelled folder of real logs (labels.csv + <id>.log, the format of "
+    "shared/real-logs-dev) instead of the shipped corpus.",
+)
+def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
+    """Held-out and grouped cross-validated precision, recall, macro-F1, confusion.
+
+    With --real DIR: accuracy, macro-F1 over the six phases on the decidable excerpts,
+    the share wrong with confidence >= 0.8, calibration (ECE, reliability) and, with
+    --json, one row per file.
+    """
+    from forensics import classifier
+
+    if real_dir is not None:
+        from forensics import real_eval
+
+        rr = real_eval.evaluate_real(real_dir)
         if as_json:
-            echo_json(reports)
-            return
-        for i, rep in enumerate(reports):
-            if i:
-                click.echo("")
-            click.echo(dg.render_text(rep))
-
-    @cli.command("signatures")
-    @format_option()
-    @click.pass_context
-    def signatures_cmd(ctx: click.Context, fmt: str) -> None:
-        """Failure signatures seen in the store, with how many runs hit each.
-
-        Errors not in the catalog are grouped by their masked text (numbers, paths and ids
-        removed), so a new failure that keeps coming back shows up as one `unknown:<hash>`
-        signature with its count.
-        """
-        from forensics.diagnose import signature_counts
-
-        df = signature_counts(get_store(ctx))
-        if fmt == "table" and df.is_empty():
-            click.echo("No failure signatures in the store.")
-            return
-        emit_frame(df, fmt, title="failure signatures")
-
-    @cli.command("label")
-    @click.argument("run")
-    @click.argument(
-        "phase", type=click.Choice(["ok", "cleanup", "pre-exec", "load", "capture", "runtime"])
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-    @click.pass_context
-    def label_cmd(ctx: click.Context, run: str, phase: str, as_json: bool) -> None:
-        """Record the right PHASE for RUN; `forensics classify train` learns from it."""
-        from forensics import verdicts
-
-        rows = verdicts.label(get_store(ctx), run, phase)
-        if as_json:
-            echo_json(rows)
+            echo_json(rr)
         else:
-            for r in rows:
-                click.echo(f"{r['name']}: labeled {phase} (retrain: forensics classify train)")
+            for line in real_eval.render(rr):
+                click.echo(line)
+        return
+    r = classifier.evaluate(folds=folds)
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(
+        f"{r['examples']} examples: train {r['train']}, held-out {r['test']}, "
+        f"hand-written {r['hand_examples']}"
+    )
+    for key, title in (
+        ("heldout", "held-out families"),
+        ("hand", "hand-written"),
+        ("cv", f"{folds}-fold grouped CV"),
+    ):
+        s = r.get(key)
+        if not s:
+            continue
+        click.echo(f"\n{title}: n={s['n']} accuracy={s['accuracy']} macro-F1={s['macro_f1']}")
+        click.echo(f"  {'phase':<9} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
+        for ph, m in s["per_phase"].items():
+            click.echo(
+                f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}"
+            )
+        cols = list(classifier.PHASES)
+        click.echo("  confusion (rows: label, columns: predicted)")
+        click.echo("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols))
+        for t, row in s["confusion"].items():
+            click.echo(f"  {t:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols))
+
+
+@click.command("diagnose")
+@click.argument("match")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of reports.")
+@click.option(
+    "--relaunch",
+    is_flag=True,
+    help="Replay the launch step by step with a journal, then diagnose it.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    default=None,
+    help="Diagnose this log: PATH, NAME:/PATH or ssh://user@host[:port]/PATH "
+    "(a file the host says is not there is evidence too).",
+)
+@click.option(
+    "--host", default=None, help="Host of a plain --log PATH / of the launch (a config name)."
+)
+@click.option(
+    "--shell",
+    "shell_text",
+    default=None,
+    help="With --relaunch: the exact chain you ran (else the recorded launch or recipe).",
+)
+@click.option(
+    "--safe-patterns",
+    is_flag=True,
+    help="With --relaunch: replace broad kill patterns by a marker unique to the replay.",
+)
+@click.option(
+    "--sim", is_flag=True, help="With --relaunch: the simulated server in place of SGLang."
+)
+@click.option("--sim-speed", type=float, default=200.0, show_default=True, hidden=True)
+@click.option("--deadline", type=POSITIVE, default=None, help="Seconds to wait for /health.")
+@click.option("--step-deadline", type=POSITIVE, default=None, help="Seconds per chain step.")
+@click.pass_context
+def diagnose_cmd(
+    ctx: click.Context,
+    match: str,
+    as_json: bool,
+    relaunch: bool,
+    log_path: str | None,
+    host: str | None,
+    shell_text: str | None,
+    safe_patterns: bool,
+    sim: bool,
+    sim_speed: float,
+    deadline: float | None,
+    step_deadline: float | None,
+) -> None:
+    """Why did run MATCH fail: phase, signature, evidence, timeline, next steps.
+
+    MATCH is a run name fragment (e.g. 2step); several matches give one report each,
+    newest first. When nothing matches, the log MATCH names by the naming convention
+    (sglang_eagle3_cg_2step.log beside the ingested _3step, _4step logs) is looked for
+    on their host: one that was never written is the evidence.
+    """
+    from forensics import diagnose as dg
+
+    store = get_store(ctx)
+    if not relaunch and (shell_text is not None or safe_patterns or sim):
+        raise click.UsageError("--shell, --safe-patterns and --sim go with --relaunch")
+    if not relaunch and (deadline is not None or step_deadline is not None):
+        raise click.UsageError("--deadline and --step-deadline go with --relaunch")
+    if relaunch and log_path is not None:
+        raise click.UsageError("--log diagnoses an existing log; leave it out with --relaunch")
+    if host is not None and not (relaunch or log_path is not None):
+        raise click.UsageError("--host goes with --log PATH or --relaunch")
+    if relaunch:
+        res = dg.relaunch(
+            store,
+            match,
+            host=host,
+            shell=shell_text,
+            safe_patterns=safe_patterns,
+            sim={"speed": sim_speed} if sim else None,
+            deadline=deadline,
+            step_deadline=step_deadline,
+        )
+        print_launch_result(res, "json" if as_json else "table")
+        return
+    reports = dg.diagnose(store, match, log=log_path, host=host)
+    if as_json:
+        echo_json(reports)
+        return
+    for i, rep in enumerate(reports):
+        if i:
+            click.echo("")
+        click.echo(dg.render_text(rep))
+
+
+@click.command("signatures")
+@format_option()
+@click.pass_context
+def signatures_cmd(ctx: click.Context, fmt: str) -> None:
+    """Failure signatures seen in the store, with how many runs hit each.
+
+    Errors not in the catalog are grouped by their masked text (numbers, paths and ids
+    removed), so a new failure that keeps coming back shows up as one `unknown:<hash>`
+    signature with its count.
+    """
+    from forensics.diagnose import signature_counts
+
+    df = signature_counts(get_store(ctx))
+    if fmt == "table" and df.is_empty():
+        click.echo("No failure signatures in the store.")
+        return
+    emit_frame(df, fmt, title="failure signatures")
+
+
+@click.command("label")
+@click.argument("run")
+@click.argument(
+    "phase", type=click.Choice(["ok", "cleanup", "pre-exec", "load", "capture", "runtime"])
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def label_cmd(ctx: click.Context, run: str, phase: str, as_json: bool) -> None:
+    """Record the right PHASE for RUN; `forensics classify train` learns from it."""
+    from forensics import verdicts
+
+    rows = verdicts.label(get_store(ctx), run, phase)
+    if as_json:
+        echo_json(rows)
+    else:
+        for r in rows:
+            click.echo(f"{r['name']}: labeled {phase} (retrain: forensics classify train)")
+
+
+def register(cli: click.Group) -> None:
+    for command in (classify_group, diagnose_cmd, signatures_cmd, label_cmd):
+        cli.add_command(command)

@@ -1,0 +1,100 @@
+"""The closest run that worked, of the same experiment, and how its configuration differs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from forensics.runs import COMPARED_COLUMNS, CONFIG_COLUMNS, stage_timeline
+
+# Config columns compared between a failed run and the runs that worked (declared once, in
+# forensics.runs.CONFIG_COLUMNS, with their weights).
+CONFIG_KEYS = COMPARED_COLUMNS
+SIMILARITY = {c.name: c.similarity for c in CONFIG_COLUMNS if c.similarity is not None}
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = float(s)
+    if s < 60:
+        return f"{s:.0f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m} min {sec} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min"
+
+
+def _cfg(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in CONFIG_KEYS if k in row}
+
+
+def _similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
+    return sum(w for k, w in SIMILARITY.items() if a.get(k) is not None and a.get(k) == b.get(k))
+
+
+def _worked(df: pl.DataFrame) -> pl.DataFrame:
+    if df.is_empty() or "phase" not in df.columns:
+        return df.clear()
+    return df.filter(pl.col("phase") == "ok")
+
+
+def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
+    """The closest successful run of a similar configuration, and how the configs differ.
+
+    Only runs of the same experiment (forensics.experiment) are compared; when none of them
+    worked, the closest of another experiment is named with a warning (``warning``)."""
+    ok = _worked(table).filter(pl.col("run_id") != run["run_id"])
+    warning = None
+    exp = run.get("experiment")
+    if exp is not None and "experiment" in ok.columns and not ok.is_empty():
+        same = ok.filter(pl.col("experiment") == exp)
+        if same.is_empty():
+            warning = (
+                f"no run of this experiment ({exp}) worked: the closest run is from another "
+                "experiment (model, layout, hardware or benchmark shape differ)"
+            )
+        else:
+            ok = same
+    if ok.is_empty():
+        return {"closest": None, "differences": [], "text": "no successful run to compare with"}
+    mine = _cfg(run)
+    rows = ok.to_dicts()
+    rows.sort(key=lambda r: (-_similarity(mine, _cfg(r)), str(r.get("started_at"))))
+    best = rows[0]
+    diffs = [
+        {"key": k, "this": mine.get(k), "worked": best.get(k)}
+        for k in CONFIG_KEYS
+        if mine.get(k) != best.get(k) and not (mine.get(k) is None and best.get(k) is None)
+    ]
+    # values every successful run shares but this one does not
+    common = []
+    for k in CONFIG_KEYS:
+        vals = {json.dumps(r.get(k), default=str) for r in rows}
+        if len(vals) == 1 and mine.get(k) is not None and rows[0].get(k) != mine.get(k):
+            common.append({"key": k, "this": mine.get(k), "all_worked": rows[0].get(k)})
+    ready = best.get("ready_s")
+    what = ", ".join(f"{d['key']}={d['worked']}" for d in diffs[:3]) or "the same config"
+    text = f"{best['name']} ({what})"
+    if ready is not None:
+        text += f" reached ready in {_fmt_s(ready)}"
+    else:
+        text += " worked"
+    if warning:
+        text += f" (warning: {warning})"
+    tl = stage_timeline(store, best["source_id"], int(best["run_index"]))
+    return {
+        "closest": {
+            "name": best["name"],
+            "run_id": best["run_id"],
+            "ready_s": ready,
+            "timeline": tl,
+        },
+        "differences": diffs,
+        "differs_from_all_that_worked": common,
+        "text": text,
+        "warning": warning,
+    }
