@@ -231,7 +231,6 @@ def build_report(
     """The report's HTML text: a contents list, then one section per experiment."""
     import polars as pl
 
-    from forensics import plots
     from forensics.advise import advise, run_points
 
     pts = run_points(store, match, group_by=group_by)
@@ -244,30 +243,9 @@ def build_report(
     advice = advise(store, match, baseline, group_by=group_by, points=both)
     sections = advice["experiments"]
     single = len(sections) == 1
-    parts: list[str] = []
     title = "forensics report" + (f": {match}" if match else "")
-    parts.append(f"<h1>{esc(title)}</h1>")
-    base0 = sections[0]["baseline"] if single else None
-    parts.append(
-        f'<p class="sub">{_count_text(counts(pts))} in '
-        f'<span class="count" data-k="experiments">{len(sections)}</span> '
-        f"experiment{'s' if len(sections) != 1 else ''}, store {esc(store.root)}, generated "
-        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
-        + (f" Baseline: {esc(base0['text']) if base0 else 'none'}." if single else "")
-        + "</p>"
-    )
-    if not single:
-        parts.append(f'<p class="note">{esc(advice["verdict"]["text"])}</p>')
-    # contents
-    parts.append('<nav class="toc"><b>Contents</b><ol>')
-    for i, sec in enumerate(sections, 1):
-        pre = "" if single else f"e{i}-"
-        c = counts(pts.filter(pl.col("experiment") == sec["experiment"]))
-        parts.append(
-            f'<li><a href="#{pre}experiment">{esc(sec["experiment"])}</a>: {c["runs"]} runs, '
-            f"{c['failed']} failed — {esc(sec['verdict']['rule'].replace('_', ' '))}</li>"
-        )
-    parts.append('<li><a href="#startup">Startup</a></li></ol></nav>')
+    parts = [f"<h1>{esc(title)}</h1>", _summary(store, pts, advice)]
+    parts += _contents(pts, sections)
     for i, sec in enumerate(sections, 1):
         mine = pts.filter(pl.col("experiment") == sec["experiment"])
         parts.append(
@@ -284,7 +262,60 @@ def build_report(
                 points=both,
             )
         )
-    parts.append('<h2 id="startup">Startup</h2>')
+    parts += _startup_and_decode(store, pts, match, group_by)
+    return _page(title, "\n".join(parts))
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title>"
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "img-src data:; style-src 'unsafe-inline'\">"
+        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def _summary(store: Store, pts, advice: dict[str, Any]) -> str:
+    """The line under the title: the counts (one source: ``counts``), the store, the baseline."""
+    sections = advice["experiments"]
+    single = len(sections) == 1
+    base0 = sections[0]["baseline"] if single else None
+    text = (
+        f'<p class="sub">{_count_text(counts(pts))} in '
+        f'<span class="count" data-k="experiments">{len(sections)}</span> '
+        f"experiment{'s' if len(sections) != 1 else ''}, store {esc(store.root)}, generated "
+        f"{dt.datetime.now().strftime('%Y-%m-%d %H:%M')}."
+        + (f" Baseline: {esc(base0['text']) if base0 else 'none'}." if single else "")
+        + "</p>"
+    )
+    if not single:
+        text += f'\n<p class="note">{esc(advice["verdict"]["text"])}</p>'
+    return text
+
+
+def _contents(pts, sections: list[dict[str, Any]]) -> list[str]:
+    """The contents list: one entry per experiment with its counts and verdict."""
+    import polars as pl
+
+    single = len(sections) == 1
+    parts = ['<nav class="toc"><b>Contents</b><ol>']
+    for i, sec in enumerate(sections, 1):
+        pre = "" if single else f"e{i}-"
+        c = counts(pts.filter(pl.col("experiment") == sec["experiment"]))
+        parts.append(
+            f'<li><a href="#{pre}experiment">{esc(sec["experiment"])}</a>: {c["runs"]} runs, '
+            f"{c['failed']} failed — {esc(sec['verdict']['rule'].replace('_', ' '))}</li>"
+        )
+    parts.append('<li><a href="#startup">Startup</a></li></ol></nav>')
+    return parts
+
+
+def _startup_and_decode(store: Store, pts, match: str | None, group_by: Any) -> list[str]:
+    """The startup timeline of every run, and the decode plot of the best speculative run."""
+    from forensics import plots
+
+    parts = ['<h2 id="startup">Startup</h2>']
     parts.append(
         _img(
             lambda: plots.plot_startup(store, match, group_by=group_by, points=pts),
@@ -303,14 +334,7 @@ def build_report(
                 "decode over time",
             )
         )
-    body = "\n".join(parts)
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{esc(title)}</title>"
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "img-src data:; style-src 'unsafe-inline'\">"
-        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
-    )
+    return parts
 
 
 def _experiment_section(
