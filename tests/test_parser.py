@@ -434,5 +434,5 @@ def test_parse_server_args_both_forms_and_cut_line():
 
 
 def test_rules_are_a_table_with_unique_names():
-    names = [r[0] for r in RULES]
+    names = [r.name for r in RULES]
     assert len(names) == len(set(names)) > 40

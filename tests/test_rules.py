@@ -1,15 +1,20 @@
 """The combined rule matcher picks exactly the rule the table's order says."""
 
+import re
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forensics_parsers import sglang as S
+from forensics_parsers.sglang import metrics as M
+from forensics_parsers.sglang import rules as R
+
+COMPILED = [(r.name, re.compile(r.pattern)) for r in S.RULES]
 
 
 def naive(msg: str) -> str | None:
-    for name, rx, _stage, _kind in S._RULES:
+    for name, rx in COMPILED:
         if rx.search(msg):
             return name
     return None
@@ -20,7 +25,7 @@ def got(msg: str) -> str | None:
     return r[0] if r else None
 
 
-FRAGMENTS = [p for _, p, _, _ in S.RULES] + [
+FRAGMENTS = [r.pattern for r in S.RULES] + [
     "Load weight end. ",
     "Capture cuda graph failed: ",
     "RuntimeError: CUDA error: an illegal memory access was encountered",
@@ -100,10 +105,10 @@ def test_fast_metrics_path_equals_the_general_path_on_every_fixture():
                 if which == "Decode"
                 else (S.PREFILL_FIELDS, S.PREFILL_SCHEMA)
             )
-            fast, rest = S._fields_fast(df, fields, schema)
+            fast, rest = M._fields_fast(df, fields, schema)
             if fast is None or fast.is_empty():
                 continue
-            general = S._fields_general(
+            general = M._fields_general(
                 df.filter(df["line"].is_in(fast["line"].implode())), fields, schema
             )
             assert _norm(fast) == _norm(general), f.name
@@ -121,3 +126,19 @@ def test_stage_of_names_the_stages_the_parser_records():
     seen = {S.stage_of(line) for line in text.replace("\r", "\n").splitlines()} - {None}
     assert {"load_begin", "load_end", "capture_begin", "capture_end", "ready"} <= seen
     assert seen <= recorded
+
+
+def test_rule_rows_carry_their_behaviour():
+    """What the parser does with a line is a field of its row, checked on real lines."""
+    by = R.BY_NAME
+    assert by["server_args"].starts_run and by["argparse_usage"].starts_run
+    assert R.style_of(by["server_args"], "server_args={'tp_size': 1}") == ">=0.5.19"
+    assert R.style_of(by["server_args"], "server_args=ServerArgs(tp_size=1)") is None
+    cap = by["capture_edge"]
+    assert R.style_of(cap, "Capture target verify CUDA graph begin. avail mem=1 GB") == ">=0.5.14"
+    assert R.style_of(cap, "Capture CUDA graph begin. avail mem=1 GB") is None
+    assert R.style_of(cap, "Capture draft cuda graph end. Time elapsed: 2 s") is None
+    assert cap.line_stage("Capture cuda graph end. Time elapsed: 2 s") == "capture_end"
+    assert S.stage_of("[2026-01-01 10:00:00 TP0] Capture cuda graph begin.") == "capture_begin"
+    assert by["capture_progress"].marks_content and not by["bare_progress"].marks_content
+    assert not by["uvicorn_access"].marks_content and by["generic_warning"].marks_content

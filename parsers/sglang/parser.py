@@ -1,0 +1,546 @@
+"""The streaming SGLang-log parser: ``LogParser``, and ``parse_bytes`` / ``parse_text``.
+
+``feed()`` takes any chunk of bytes (it keeps an unfinished last line for the next call),
+``finish()`` flushes it, and ``state()`` / ``LogParser(state=...)`` let an ingest resume a grown
+file where it stopped. Metrics lines go to parsers/sglang/metrics.py (vectorised); every other
+line, in file order, through the rule table (parsers/sglang/rules.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from forensics_parsers import wrappers as W
+from forensics_parsers.prefixes import PrefixFinder
+from forensics_parsers.secrets import redact_lines
+from forensics_parsers.sglang import metrics
+from forensics_parsers.sglang import runs as runs_
+from forensics_parsers.sglang import traceback as tb_
+from forensics_parsers.sglang.frames import (
+    ERROR_SCHEMA,
+    EVENT_SCHEMA,
+    LINE_SCHEMA,
+    Frames,
+)
+from forensics_parsers.sglang.metrics import extract_batch
+from forensics_parsers.sglang.rules import (
+    ANSI_RX,
+    ORPHAN_FRAME_KIND,
+    PREFIX_RX,
+    Rule,
+    find_rule,
+    style_of,
+)
+from forensics_parsers.sglang.server_args import config_from_server_args, parse_server_args
+from forensics_parsers.sglang.stages import mem_figures
+from forensics_parsers.sglang.text import find_eol, rfind_eol, to_dt, ts_of
+
+MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
+MAX_TEXT = 4000  # text kept per line in the `lines` frame
+MAX_ACCESS_LINES = 100_000  # uvicorn access lines kept per chunk in the `lines` frame
+_IS_BATCH = pl.col("text").str.contains(metrics.BATCH_HEAD)
+# Secrets: one choke point, ``redact_lines`` in ``LogParser._lines_of`` (parsers/secrets.py).
+
+
+@dataclass
+class _Chunk:
+    """What the Python path collects over one chunk's lines, in file order."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    boundaries: list[tuple[int, int]] = field(default_factory=list)  # (line, run) a run starts
+    counts: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def bump(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def stat(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+
+@dataclass
+class _Line:
+    """One non-metrics line once its prefix is read."""
+
+    no: int
+    msg: str
+    ts: str | None
+    rank: str
+    prefixed: bool
+
+
+class LogParser:
+    """Streaming SGLang-log parser. Feed bytes; collect frames; save ``state()`` to resume."""
+
+    def __init__(
+        self,
+        source: str = "",
+        *,
+        state: dict[str, Any] | None = None,
+        name_pattern: str | None = None,
+        date_hint: str | None = None,
+    ):
+        self.source = source
+        self.name_pattern = name_pattern
+        st = state or {}
+        self.line_no: int = st.get("line_no", 0)  # physical lines consumed so far
+        self.run_index: int = st.get("run_index", 0)
+        self.runs: dict[int, dict[str, Any]] = {int(k): v for k, v in st.get("runs", {}).items()}
+        self.last_ts: str | None = st.get("last_ts")
+        self.date_hint: str = st.get("date_hint") or date_hint or "1970-01-01"
+        self._pending = b""
+        self._skip_to_newline = st.get("skip_to_newline", False)
+        self._tb: dict[str, Any] | None = st.get("traceback")  # open traceback
+        # how the file is stored (line endings, wrapper), decided from its first bytes
+        self._sniff: dict[str, Any] | None = st.get("sniff")
+        self._finder = PrefixFinder(st.get("prefixes"))
+        self._json_carry: str = st.get("json_carry", "")
+        self._closed_tbs: list[dict[str, Any]] = []
+        if not self.runs:
+            self.runs[0] = runs_.new_run(1)
+
+    # -- state ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable state for resuming after the bytes fed so far (complete lines)."""
+        return {
+            "line_no": self.line_no,
+            "run_index": self.run_index,
+            "runs": {str(k): v for k, v in self.runs.items()},
+            "last_ts": self.last_ts,
+            "date_hint": self.date_hint,
+            "skip_to_newline": self._skip_to_newline,
+            "traceback": self._tb,
+            "sniff": self._sniff,
+            "prefixes": self._finder.state(),
+            "json_carry": self._json_carry,
+        }
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._pending)
+
+    # -- feeding -------------------------------------------------------------------------
+    def feed(self, data: bytes) -> Frames:
+        frames, prepared = self.feed_split(data)
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        return frames
+
+    def feed_split(self, data: bytes) -> tuple[Frames, pl.DataFrame | None]:
+        """``feed`` without the field extraction of the metrics lines.
+
+        The frames come with empty ``decode`` / ``prefill``: ``extract_batch(prepared)``
+        makes them (it is pure, so it may run in another thread while this parser is fed
+        the next chunk). Everything else, counts, runs and ``state()`` included, already
+        covers the lines fed.
+        """
+        buf = self._pending + data
+        if self._sniff is None:
+            head = W.sniff_window(buf, final=False)
+            if head is None:
+                self._pending = buf
+                return Frames(), None
+            self._do_sniff(head, whole=head.endswith((b"\n", b"\r")))
+        cr = self._sniff["cr"]
+        if self._skip_to_newline:
+            nl = find_eol(buf, cr)
+            if nl < 0:
+                self._pending = b""
+                return Frames(), None
+            buf = buf[nl + 1 :]
+            self._skip_to_newline = False
+            self.line_no += 1  # the cut line was already counted when cut
+        cut = rfind_eol(buf, cr)
+        if cut < 0:
+            if len(buf) > MAX_LINE:
+                # P11: a huge line without newline yet: keep its head, skip the rest
+                self._pending = b""
+                self._skip_to_newline = True
+                frames, prepared = self._parse_split(buf[:MAX_LINE], partial=False)
+                frames.stats["long_lines_truncated"] = (
+                    frames.stats.get("long_lines_truncated", 0) + 1
+                )
+                self.line_no -= 1  # the line continues; it is counted once, when it ends
+                return frames, prepared
+            self._pending = buf
+            return Frames(), None
+        self._pending = buf[cut + 1 :]
+        complete = buf[: cut + 1]
+        return self._parse_split(W.cr_to_lf(complete) if cr else complete, partial=False)
+
+    def _do_sniff(self, head: bytes, *, whole: bool) -> None:
+        """Decide line endings, wrapper and the first transport prefixes from the file's
+        first bytes (the same bytes whatever the chunking: streaming == one pass)."""
+        cr = W.lone_cr(head)
+        if cr:
+            head = W.cr_to_lf(head)
+        sample = W.sniff_lines(head, whole)
+        name, params = W.detect(sample)
+        self._sniff = {"cr": cr, "wrapper": name, "params": params}
+        if sample:
+            lines = pl.Series("text", sample, dtype=pl.String)
+            if name is not None:
+                lines = W.BY_NAME[name].unwrap(lines, params)
+                if not W.BY_NAME[name].keeps_lines:
+                    lines = pl.Series("text", "\n".join(lines.to_list()).split("\n"))
+            lines, _ = redact_lines(lines)
+            for line in lines.to_list()[: W.SNIFF_LINES]:
+                self._finder.strip(ANSI_RX.sub("", line), PREFIX_RX)
+
+    def finish(self) -> Frames:
+        """Flush a last line that has no newline (P04: kept, counted as partial)."""
+        first = None
+        if self._sniff is None:  # a file shorter than the sniff window
+            self._do_sniff(W.sniff_window(self._pending, final=True) or b"", whole=True)
+            first = self.feed(b"")
+        rest = self._finish()
+        return Frames.concat([first, rest]) if first is not None else rest
+
+    def _finish(self) -> Frames:
+        self._close_traceback()
+        if self._skip_to_newline:
+            self._skip_to_newline = False
+            self.line_no += 1
+            self._pending = b""
+        if not self._pending and not self._json_carry:
+            return self._flush_tb_only()
+        data, self._pending = self._pending, b""
+        if self._sniff["cr"]:
+            data = W.cr_to_lf(data)
+        frames = self._parse(data, partial=True)
+        self._close_traceback()
+        tail = self._flush_tb_only()
+        return Frames.concat([frames, tail])
+
+    def _flush_tb_only(self) -> Frames:
+        out = Frames()
+        if self._closed_tbs:
+            out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
+            self._closed_tbs = []
+        out.runs = runs_.runs_frame(self.runs, self.source, self.name_pattern)
+        return out
+
+    # -- the work ------------------------------------------------------------------------
+    def _parse(self, data: bytes, *, partial: bool) -> Frames:
+        frames, prepared = self._parse_split(data, partial=partial)
+        if prepared is not None:
+            frames.decode, frames.prefill = extract_batch(prepared)
+        return frames
+
+    def _parse_split(self, data: bytes, *, partial: bool) -> tuple[Frames, pl.DataFrame | None]:
+        ck = _Chunk()
+        text = self._text_of(data, ck, partial)
+        if text is None:
+            return Frames(stats=ck.stats), None  # only an unfinished piece so far
+        df = self._lines_of(text, ck, partial)
+        batch = df.filter(pl.col("batch"))
+        other = df.filter(~pl.col("batch"))
+
+        # 1) the Python path, in file order: runs, stages, errors, other lines
+        start_run = self.run_index
+        for line_no, raw in other.select("line", "text").iter_rows():
+            self._physical_line(ck, line_no, raw)
+
+        # 2) the vectorised path: Prefill / Decode batch lines
+        # (runs and counts now; the fields by extract_batch, see feed_split)
+        prepared, n_decode, n_prefill = self._batch_prepare(batch, ck.boundaries, start_run)
+        ck.bump("decode", n_decode)
+        ck.bump("prefill", n_prefill)
+
+        out = Frames(counts={k: v for k, v in ck.counts.items() if v}, stats=ck.stats)
+        if ck.events:
+            out.events = pl.DataFrame(ck.events, schema=EVENT_SCHEMA)
+        if ck.lines:
+            out.lines = pl.DataFrame(ck.lines, schema=LINE_SCHEMA)
+        if self._closed_tbs:
+            out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
+            self._closed_tbs = []
+        out.runs = runs_.runs_frame(self.runs, self.source, self.name_pattern)
+        return out, prepared
+
+    def _text_of(self, data: bytes, ck: _Chunk, partial: bool) -> str | None:
+        """The chunk's text: NUL bytes dropped, decoded, JSON records unwrapped, ANSI removed
+        (None while a JSON record is unfinished)."""
+        nul = data.count(b"\x00") if b"\x00" in data else 0  # (`in` stops at the first)
+        if nul:
+            ck.stats["nul_bytes"] = nul
+            data = data.replace(b"\x00", b"")
+        text = data.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd")
+        if bad:
+            ck.stats["decode_errors"] = bad
+        if text.endswith("\n"):
+            text = text[:-1]
+        sniff = self._sniff or {}
+        wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
+        if wrapper is not None and not wrapper.keeps_lines:
+            # JSON lines: the text of each record; Docker's split records joined again
+            params = sniff["params"]
+            raw = pl.Series("text", text.split("\n") if data else [], dtype=pl.String)
+            text, self._json_carry = W.join_json(
+                wrapper.unwrap(raw, params) if len(raw) else raw,
+                self._json_carry,
+                params["terminated"],
+                final=partial,
+            )
+            if text is None:
+                return None
+        if "\x1b" in text:
+            n0 = len(text)
+            text = ANSI_RX.sub("", text)
+            ck.stats["ansi_stripped"] = n0 - len(text)
+        return text
+
+    def _lines_of(self, text: str, ck: _Chunk, partial: bool) -> pl.DataFrame:
+        """The chunk's lines (``line``, ``text``, ``batch``: a metrics line), secrets removed."""
+        base = self.line_no
+        lines_s = pl.Series("text", [text], dtype=pl.String).str.split("\n").explode()
+        sniff = self._sniff or {}
+        wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
+        if wrapper is not None and wrapper.keeps_lines:
+            lines_s = wrapper.unwrap(lines_s, sniff["params"])
+        # the one place secrets are removed: every table, and the state, reads these lines
+        lines_s, n_secret = redact_lines(lines_s)
+        if n_secret:
+            ck.stats["lines_redacted"] = n_secret
+        n = len(lines_s)
+        self.line_no += n
+        ck.stats["lines_total"] = n
+        if partial:
+            ck.stats["partial_lines"] = 1
+        df = pl.DataFrame({"text": lines_s}).with_columns(
+            (pl.int_range(1, n + 1, dtype=pl.Int64) + base).alias("line")
+        )
+        if "\r" in text:
+            df = df.with_columns(pl.col("text").str.strip_chars_end("\r"))
+        return df.with_columns(_IS_BATCH.alias("batch"))
+
+    def _physical_line(self, ck: _Chunk, line_no: int, raw: str) -> None:
+        """One physical non-metrics line: cut if huge; progress-bar frames (``\\r``) collapsed
+        to the last, a log line glued after them handled as its own record."""
+        if len(raw) > MAX_LINE:
+            raw = raw[:MAX_LINE]
+            ck.stat("long_lines_truncated")
+        if "\r" in raw:
+            frames_ = [f for f in raw.split("\r") if f.strip()]
+            if len(frames_) > 1:
+                ck.stat("progress_frames_collapsed", len(frames_) - 1)
+                logs = [f for f in frames_ if PREFIX_RX.match(f)]
+                bars = [f for f in frames_ if not PREFIX_RX.match(f)]
+                raw = bars[-1] if bars else frames_[-1]
+                for extra in logs if bars else logs[:-1]:
+                    self._handle_line(ck, line_no, extra, count=False)
+            else:
+                raw = frames_[0] if frames_ else ""
+        self._handle_line(ck, line_no, raw, count=True)
+
+    # -- one non-metrics line ------------------------------------------------------------
+    def _read_prefix(self, line_no: int, raw: str, ck: _Chunk) -> _Line:
+        # whatever a collector put before SGLang's line (kubectl, docker compose, an
+        # aggregator, torchrun, ...): found by SGLang's own shapes (parsers/prefixes.py)
+        raw = self._finder.strip(raw, PREFIX_RX)
+        m = PREFIX_RX.match(raw)
+        if not (m and m.end() > 0):
+            return _Line(line_no, raw, None, "", False)
+        ts = ts_of(m, self.date_hint)
+        if ts is not None:
+            if self.last_ts and ts < self.last_ts:
+                ck.stat("ts_out_of_order")
+            self.last_ts = ts
+        return _Line(line_no, raw[m.end() :], ts, (m.group("tags") or "").strip(), ts is not None)
+
+    def _handle_line(self, ck: _Chunk, line_no: int, raw: str, *, count: bool) -> None:
+        ln = self._read_prefix(line_no, raw, ck)
+        stripped = ln.msg.strip()
+        if self._tb is not None and self._in_traceback(ln, stripped):
+            if count:
+                ck.bump("traceback")
+            return
+        if not stripped:
+            if count:
+                ck.bump("blank")
+            return
+        self.runs[self.run_index]["has_content"] = True
+        if not ln.prefixed and tb_.ORPHAN_FRAME_RX.match(ln.msg):
+            # a traceback whose header is not in the log (a pasted fragment, the last screen,
+            # another rank's line in between): its frames still say where it happened
+            self._open_traceback(ln, "")
+            self._tb_add(line_no, ln.msg)
+            if count:
+                ck.bump("traceback")
+            self._touch(line_no, ln.ts)
+            self._emit_line(ck, ln, ORPHAN_FRAME_KIND)
+            return
+        found = find_rule(ln.msg)
+        if found is None:
+            if count:
+                ck.bump("unknown_prefixed" if ln.prefixed else "unknown_bare")
+            self._emit_line(ck, ln, "unknown")
+            self._touch(line_no, ln.ts)
+            return
+        if count:
+            ck.bump(found[0].name)
+        self._ruled_line(ck, ln, stripped, *found)
+
+    def _in_traceback(self, ln: _Line, stripped: str) -> bool:
+        """An open traceback takes unprefixed continuation lines (True: this one was taken);
+        any other line closes it."""
+        tb = self._tb
+        assert tb is not None
+        if not ln.prefixed and tb_.continues(tb, ln.msg):
+            if stripped or tb["lines"] < 400:
+                self._tb_add(ln.no, ln.msg)
+                return True
+            return False
+        if ln.prefixed and ln.rank != tb["rank"] and not tb["exc_type"]:
+            tb["ambiguous"] = True  # P08: ranks interleaved mid-traceback
+        self._close_traceback()
+        return False
+
+    def _ruled_line(self, ck: _Chunk, ln: _Line, stripped: str, rule: Rule, mm: Any) -> None:
+        """A line some rule of RULES matched: what its row says to do."""
+        run = self.runs[self.run_index]
+        if rule.starts_run and (run["has_args"] or (run["has_content"] and run["stages"])):
+            # a new launch appended to the same file
+            self._start_run(ln.no)
+            ck.boundaries.append((ln.no, self.run_index))
+            run = self.runs[self.run_index]
+        if rule.marks_content:
+            run["has_content"] = True
+        self._touch(ln.no, ln.ts)
+        tag = style_of(rule, ln.msg) if rule.style else None
+        if tag is not None and tag not in run["style"]:
+            run["style"].append(tag)
+        if rule.kind == "config":
+            self._configure(run, mm.group("args"))
+        if rule.kind == "traceback":
+            groups = mm.groupdict()
+            self._open_traceback(ln, groups.get("component") or "")
+            rest = groups.get("rest") or ""
+            if rest and not rest.startswith("Traceback"):
+                self._tb_add(ln.no, rest)
+            self._emit_line(ck, ln, rule.name)
+            return
+        if rule.kind == "error":
+            self._closed_tbs.append(self._error_row(ln, stripped, rule.name))
+        if rule.stage is not None:
+            self._event(ck, run, ln, rule, mm)
+        if rule.kind != "access" or len(ck.lines) < MAX_ACCESS_LINES:
+            self._emit_line(ck, ln, rule.name)
+
+    def _configure(self, run: dict[str, Any], text: str) -> None:
+        args = parse_server_args(text)
+        run["has_args"] = True
+        run["config"] = config_from_server_args(args)
+        run["config_source"] = "server_args"
+        run["server_args"] = json.dumps(args, default=str, sort_keys=True, ensure_ascii=False)[
+            :200_000
+        ]
+
+    def _error_row(self, ln: _Line, stripped: str, kind: str) -> dict[str, Any]:
+        exc = tb_.EXC_LINE_RX.match(stripped)
+        return {
+            "run_index": self.run_index,
+            "line": ln.no,
+            "last_line": ln.no,
+            "ts": to_dt(ln.ts),
+            "rank": ln.rank,
+            "kind": kind,
+            "component": "",
+            "exc_type": exc.group("type") if exc else None,
+            "message": stripped[:2000],
+            "text": stripped[:MAX_TEXT],
+            "ambiguous": False,
+        }
+
+    def _emit_line(self, ck: _Chunk, ln: _Line, kind: str) -> None:
+        ck.lines.append(
+            {
+                "run_index": self.run_index,
+                "line": ln.no,
+                "ts": to_dt(ln.ts),
+                "rank": ln.rank,
+                "kind": kind,
+                "text": ln.msg[:MAX_TEXT],
+            }
+        )
+
+    def _touch(self, line_no: int, ts: str | None) -> None:
+        run = self.runs[self.run_index]
+        run["last_line"] = max(run["last_line"], line_no)
+        if ts is not None:
+            if run["started_at"] is None:
+                run["started_at"] = ts
+            if run["ended_at"] is None or ts > run["ended_at"]:
+                run["ended_at"] = ts
+
+    def _start_run(self, line_no: int) -> None:
+        self._close_traceback()
+        self.run_index += 1
+        self.runs[self.run_index] = runs_.new_run(line_no)
+
+    def _event(self, ck: _Chunk, run: dict, ln: _Line, rule: Rule, mm: Any) -> None:
+        scope, detail = rule.event(run, ln.rank, ln.msg, mm) if rule.event else ("", "")
+        stage = rule.line_stage(ln.msg)
+        if stage and stage not in run["stages"]:
+            run["stages"].append(stage)
+        ck.events.append(
+            {
+                "run_index": self.run_index,
+                "line": ln.no,
+                "ts": to_dt(ln.ts),
+                "rank": ln.rank,
+                "stage": stage,
+                "scope": scope,
+                **mem_figures(ln.msg),
+                "detail": detail,
+            }
+        )
+
+    # -- tracebacks ----------------------------------------------------------------------
+    def _open_traceback(self, ln: _Line, component: str) -> None:
+        if self._tb is not None:
+            self._close_traceback()
+        self._tb = tb_.new(self.run_index, ln.no, ln.ts, ln.rank, component)
+
+    def _tb_add(self, line_no: int, msg: str) -> None:
+        assert self._tb is not None
+        tb_.add(self._tb, line_no, msg)
+        self._touch(line_no, None)
+
+    def _close_traceback(self) -> None:
+        if self._tb is not None:
+            self._closed_tbs.append(tb_.closed_row(self._tb))
+            self._tb = None
+
+    # -- metrics lines, vectorised: parsers/sglang/metrics.py ----------------------------
+    def _batch_prepare(
+        self, batch: pl.DataFrame, boundaries: list[tuple[int, int]], start_run: int
+    ) -> tuple[pl.DataFrame | None, int, int]:
+        """-> (prepared lines or None, decode lines, prefill lines); touches the runs."""
+        if batch.is_empty():
+            return None, 0, 0
+        parts, n_dec = metrics.prepare(batch, boundaries, start_run, self.date_hint)
+        touch = parts.select("run_index", "line", "ts", "which")
+        if n_dec:
+            runs_.touch_lines(self.runs, touch.filter(pl.col("which") == "Decode"), "decode")
+        if n_dec < len(parts):
+            runs_.touch_lines(self.runs, touch.filter(pl.col("which") == "Prefill"), "prefill")
+        return parts, n_dec, len(parts) - n_dec
+
+
+def parse_bytes(data: bytes, source: str = "", *, name_pattern: str | None = None) -> Frames:
+    """Parse a whole log held in memory."""
+    p = LogParser(source, name_pattern=name_pattern)
+    return Frames.concat([p.feed(data), p.finish()])
+
+
+def parse_text(text: str, source: str = "", *, name_pattern: str | None = None) -> Frames:
+    return parse_bytes(
+        text.encode("utf-8", errors="surrogateescape"), source, name_pattern=name_pattern
+    )
