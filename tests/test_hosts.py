@@ -94,7 +94,7 @@ def record_capped(monkeypatch) -> list:
     """Every ``_Capped`` buffer made from now on, with the largest size its buffer reached."""
     made: list = []
 
-    class Recording(hosts._Capped):
+    class Recording(hosts.capture._Capped):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.peak = 0
@@ -104,7 +104,7 @@ def record_capped(monkeypatch) -> list:
             super().add(data)
             self.peak = max(self.peak, len(self.buf))
 
-    monkeypatch.setattr(hosts, "_Capped", Recording)
+    monkeypatch.setattr(hosts.capture, "_Capped", Recording)
     return made
 
 
@@ -185,7 +185,7 @@ def test_s06_unwritable_spill_dir_does_not_fail_the_command(tmp_path):
 def test_s06_spill_that_hits_a_full_disk_is_dropped_not_fatal(tmp_path, monkeypatch):
     # the spill file's writes go to /dev/full: the kernel answers ENOSPC, as on a full disk
     placeholder = tmp_path / "spill" / "placeholder.stdout"
-    real_open = hosts._open_spill
+    real_open = hosts.capture._open_spill
 
     def open_full(directory: str, label: str) -> tuple[int, str]:
         if not label.endswith(".stdout"):
@@ -193,7 +193,7 @@ def test_s06_spill_that_hits_a_full_disk_is_dropped_not_fatal(tmp_path, monkeypa
         placeholder.write_bytes(b"")
         return os.open("/dev/full", os.O_WRONLY), str(placeholder)
 
-    monkeypatch.setattr(hosts, "_open_spill", open_full)
+    monkeypatch.setattr(hosts.capture, "_open_spill", open_full)
     res = LocalHost().run(S06_SCRIPT, timeout=60, max_output=1 << 16, spill_dir=tmp_path / "spill")
     exp_out, exp_err = s06_expected()
     assert res.rc == 0 and res.stdout == exp_out[-(1 << 16) :]
