@@ -317,6 +317,32 @@ def test_ingest_r_reads_every_depth_issue14(capsys, tmp_path, files):
     assert json.loads(out)["files"] == len(files)
 
 
+def test_ingest_r_is_not_blinded_by_odd_entries_beside_the_logs_issue14(capsys, tmp_path):
+    """A symlink loop, a FIFO or a socket in a folder must not hide the logs beside them
+    (one unreadable entry used to make the whole folder read as empty: exit 3)."""
+    import os
+    import socket
+
+    root = tmp_path / "logs"
+    _tree(root, ["a.log", "sub/b.log"])
+    (root / "loop1").symlink_to(root / "loop2")
+    (root / "loop2").symlink_to(root / "loop1")
+    (root / "sub" / "loop").symlink_to(root / "sub" / "loop")
+    os.mkfifo(root / "pipe.log")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(root / "sub" / "s.log"))
+        code, out, err = run(
+            capsys, "--store", str(tmp_path / "st"), "ingest", "-r", str(root), "--json"
+        )
+    finally:
+        sock.close()
+    assert code in (0, 4), err
+    summary = json.loads(out)
+    assert summary["files_by_status"]["new"] == 2, (out, err)  # a.log and sub/b.log
+    assert summary["files_skipped"] == {"not-regular": 2}  # the FIFO and the socket, named
+
+
 def test_ingest_r_skips_evidence_dumps_and_names_its_patterns_issue14(capsys, tmp_path):
     root = tmp_path / "logs"
     _tree(root, ["run.log", "evidence/L1/nvidia-smi.log", "notes.txt", "sub/evidence.txt"])

@@ -90,7 +90,7 @@ class LocalHost(Host):
 
         def listdir(d: str) -> list[tuple[str, bool]]:
             with os.scandir(d) as it:
-                return [(e.name, e.is_dir()) for e in it]
+                return [(e.name, _entry_is_dir(e)) for e in it]
 
         found = _glob_with(pat, listdir, os.path.lexists)
         if not found:
@@ -174,3 +174,12 @@ def _kill_group(proc: subprocess.Popen, grace: float) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _entry_is_dir(entry: os.DirEntry[str]) -> bool:
+    """One unreadable entry (a symlink loop, a link into a folder we may not read) is not a
+    folder: it must not hide its siblings from the glob."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
