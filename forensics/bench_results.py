@@ -36,7 +36,7 @@ WINDOW_SLACK_S = 60.0  # a run's log may end a little before the last request it
 HEAD_BYTES = 4096
 
 
-# forensics launch's own journal beside a log (<log>.journal.jsonl, forensics/launcher.py) is
+# forensics launch's own journal beside a log (<log>.journal.jsonl, forensics/launcher/) is
 # not a benchmark result: it stays with the logs, as before results were read
 NOT_RESULTS = (".journal.jsonl",)
 

@@ -1,6 +1,6 @@
 """Launch-journal JSON lines -> a frame (pure).
 
-The journaled launcher (forensics/launcher.py) appends one JSON object per line to
+The journaled launcher (forensics/launcher/wrapper.py) appends one JSON object per line to
 ``<log>.journal.jsonl``. Events (``event`` key):
 
 =========  ==================================================================================

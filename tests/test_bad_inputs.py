@@ -476,11 +476,12 @@ ONE_CTRL_C = r"""
 import json, os, random, signal, socket, sys, threading, time
 import polars as pl
 from forensics import launcher
+from forensics.launcher import records
 from forensics.recipe import Recipe
 from forensics.store import Store
 
 root, tries = sys.argv[1], int(sys.argv[2])
-real_record, rng = launcher._record, random.Random(7)
+real_record, rng = records.record, random.Random(7)
 frame = pl.DataFrame({"a": list(range(50)), "b": ["x" * 40] * 50})
 
 
@@ -493,7 +494,7 @@ def record(store, row):
     real_record(store, row)
 
 
-launcher._record = record
+records.record = record  # where the launcher looks it up
 out = []
 for i in range(tries):
     store = Store.open(f"{root}/store{i}", create=True)

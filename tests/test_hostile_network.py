@@ -72,10 +72,10 @@ def test_launcher_health_probe_caps_the_body(faultserver):
     from forensics import launcher
     from forensics.hosts import LocalHost
 
-    ok = launcher._http(LocalHost(), faultserver.fresh("ok") + "/health", set(), timeout=10)
+    ok = launcher.http_status(LocalHost(), faultserver.fresh("ok") + "/health", set(), timeout=10)
     assert ok == 200
     url = faultserver.fresh("endless_health") + "/health"
-    assert launcher._http(LocalHost(), url, set(), timeout=10) is None
+    assert launcher.http_status(LocalHost(), url, set(), timeout=10) is None
 
 
 @pytest.mark.timeout(120)

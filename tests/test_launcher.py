@@ -1,4 +1,4 @@
-"""forensics/launcher.py: journaled relaunch, diagnosis from the journal, launch and stop.
+"""forensics/launcher/: journaled relaunch, diagnosis from the journal, launch and stop.
 
 Real processes only: the simulated server (python -m forensics.sim) in place of SGLang, and
 every replay uses safe patterns (a per-replay token), so no test kills anything it did not
@@ -205,7 +205,7 @@ def test_launch_safe_registers_first_and_uses_pid_file(store, tmp_path):
 def test_stop_refuses_a_reused_pid_s16(store):
     # a record whose start time does not match the live process: nothing is signalled
     host = LocalHost()
-    outcome = launcher._kill_group(host, 1 << 22, 12345, 1)
+    outcome = launcher.kill_group(host, 1 << 22, 12345, 1)
     assert outcome in ("not-running", "pid-reused")
 
 
@@ -354,7 +354,7 @@ def test_H06_health_flapping_forever_is_never_ready(store, tmp_path):
 def test_H11_health_200_while_the_scheduler_hangs_is_not_ready(store, tmp_path, monkeypatch):
     """SGLang 0.4.6's /health answers 200 without asking the scheduler; a hung scheduler then
     looks healthy. The 1-token /generate that confirms readiness does not answer."""
-    monkeypatch.setattr(launcher, "GENERATE_PROBE_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(launcher.readiness, "GENERATE_PROBE_TIMEOUT_S", 1.5)
     recipe = Recipe(
         name="hung_scheduler",
         server=["python3", "-m", "sglang.launch_server", "--model-path", "m",
@@ -383,11 +383,11 @@ def test_H11_health_from_another_process_is_not_our_server(tmp_path):
     gone.wait()  # a process group that existed and is gone now
     try:
         _wait_port(port)
-        problem, _ = launcher._verify_ready(LocalHost(), recipe.health_url, gone.pid, set())
+        problem, _ = launcher.verify_ready(LocalHost(), recipe.health_url, gone.pid, set())
         assert problem is not None and f"process group {gone.pid} is gone" in problem
         assert not seen.exists() or json.loads(seen.read_text())["generate"] == 0
         # the same server with the group alive: confirmed by one 1-token /generate
-        problem, note = launcher._verify_ready(LocalHost(), recipe.health_url, other.pid, set())
+        problem, note = launcher.verify_ready(LocalHost(), recipe.health_url, other.pid, set())
         assert problem is None and note is None
         assert json.loads(seen.read_text())["generate"] == 1
     finally:
@@ -429,7 +429,7 @@ def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, 
     res = launcher.launch(store, recipe, sim=sim, deadline=20)
     assert res["status"] == "ready"
     row = launcher.find_launch(store, "lost_sight")
-    launcher._record(store, {**row, "status": "unknown", "pgid": None, "cause": "connection-lost"})
+    launcher.record(store, {**row, "status": "unknown", "pgid": None, "cause": "connection-lost"})
     seen = launcher.recheck(store, "lost_sight")
     assert (seen["previous"], seen["status"]) == ("unknown", "ready"), seen
     assert seen["pgid"] == res["pgid"] and seen["pgid_from"] == "pid file"
@@ -441,7 +441,7 @@ def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, 
     assert json.loads(out.output)["status"] == "ready"
     launcher.stop(store, "lost_sight", grace_s=3)
     assert launcher.wait_stopped(LocalHost(), res["pgid"])
-    launcher._record(store, {**row, "status": "unknown", "cause": "connection-lost"})
+    launcher.record(store, {**row, "status": "unknown", "cause": "connection-lost"})
     gone = launcher.recheck(store, "lost_sight")
     assert gone["status"] == "exited" and "gone" in gone["cause"]
 
@@ -564,10 +564,10 @@ def test_cli_launch_log_on_a_named_host(ssh_config, tmp_path):
 
 
 def test_launch_causes_are_a_table_first_row_that_applies_wins():
-    """Issue 12: launcher._run's five-branch cause ladder is the LAUNCH_CAUSES table."""
+    """Issue 12: the old launcher._run's five-branch cause ladder is the LAUNCH_CAUSES table."""
     import polars as pl
 
-    from forensics.launcher import LAUNCH_CAUSES, _CauseContext, launch_cause
+    from forensics.launcher import LAUNCH_CAUSES, CauseContext, launch_cause
 
     assert [r.id for r in LAUNCH_CAUSES] == [
         "port-in-use",
@@ -581,7 +581,7 @@ def test_launch_causes_are_a_table_first_row_that_applies_wins():
     def ctx(**kw):
         base = dict(status="timeout", sig=None, port_finding=None, unverified=None,
                     stages=["load_begin"], health_deadline=5.0, frame=frame)  # fmt: skip
-        return _CauseContext(**{**base, **kw})
+        return CauseContext(**{**base, **kw})
 
     assert launch_cause(ctx())["cause"] == "health-timeout"
     assert launch_cause(ctx(unverified="scheduler gone"))["cause"] == "health-unverified"
