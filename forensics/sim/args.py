@@ -28,12 +28,6 @@ FAIL_MODES = (
 HANG_MODES = ("load", "capture", "runtime")
 DEFAULT_SPEED = 60.0  # a default startup (~150 modelled seconds) takes about 2.5 s
 
-SPEC_ALGOS = {
-    # style -> argparse choices (None: free-form, unknown names fail later, §7.1 / §4.1)
-    "0.4.6": ["EAGLE", "EAGLE3", "NEXTN"],
-    "0.5.9": ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"],
-    "0.5.23": None,
-}
 MODELLED_ALGOS = ("EAGLE", "EAGLE3", "STANDALONE")
 
 # Keys of --sim-fail-when and the config attribute each one checks.
@@ -128,8 +122,18 @@ def build_parser(style: Style) -> argparse.ArgumentParser:
             "Use a model path like sim://kimi-k2.5 so nobody mistakes it for a real server."
         ),
     )
-    new = style.name != "0.4.6"
-    p.add_argument("--model-path", *(["--model"] if new else []), dest="model_path", required=True)
+    _server_flags(p, style)
+    _speculative_flags(p, style)
+    _sim_flags(p)
+    return p
+
+
+def _server_flags(p: argparse.ArgumentParser, style: Style) -> None:
+    """SGLang's server flags up to the speculative ones (argparse keeps this order in usage)."""
+    alias = style.flag_aliases
+    p.add_argument(
+        "--model-path", *(["--model"] if alias else []), dest="model_path", required=True
+    )
     p.add_argument("--tokenizer-path", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
@@ -153,15 +157,15 @@ def build_parser(style: Style) -> argparse.ArgumentParser:
     p.add_argument("--enable-cache-report", action="store_true")
     p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--enable-dp-attention", action="store_true")
-    p.add_argument(
-        "--speculative-algorithm",
-        type=str,
-        default=None,
-        choices=SPEC_ALGOS[style.name],
-    )
+
+
+def _speculative_flags(p: argparse.ArgumentParser, style: Style) -> None:
+    """Speculative decoding, CUDA graph and logging flags (spellings moved between versions)."""
+    choices = list(style.spec_algo_choices) if style.spec_algo_choices else None
+    p.add_argument("--speculative-algorithm", type=str, default=None, choices=choices)
     p.add_argument(
         "--speculative-draft-model-path",
-        *(["--speculative-draft-model"] if new else []),
+        *(["--speculative-draft-model"] if style.flag_aliases else []),
         dest="speculative_draft_model_path",
         default=None,
     )
@@ -170,7 +174,7 @@ def build_parser(style: Style) -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--speculative-token-map", default=None)
     p.add_argument("--disable-cuda-graph", action="store_true")
-    if style.name == "0.5.23":
+    if style.split_cuda_graph_flags:
         # 0.5.20+: only the split flags exist; "--cuda-graph-max-bs" is an ambiguous prefix (§7.1)
         p.add_argument(
             "--cuda-graph-max-bs-decode", dest="cuda_graph_max_bs", type=int, default=None
@@ -187,6 +191,8 @@ def build_parser(style: Style) -> argparse.ArgumentParser:
     p.add_argument("--log-requests-level", type=int, default=None)
     p.add_argument("--enable-metrics", action="store_true")
 
+
+def _sim_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("simulator (forensics sim; not SGLang flags)")
     g.add_argument("--sim-style", choices=sorted(STYLES), default=DEFAULT_STYLE,
                    help="SGLang version whose log layout and HTTP fields to imitate (default %(default)s)")  # fmt: skip
@@ -212,7 +218,6 @@ def build_parser(style: Style) -> argparse.ArgumentParser:
                    help="leave one rank child alive, holding the port, when the server dies")  # fmt: skip
     g.add_argument("--sim-tag", default=None, metavar="TOKEN",
                    help="ignored; lets launchers put a unique marker in the command line")  # fmt: skip
-    return p
 
 
 def parse_fail_when(text: str) -> dict[str, str]:
@@ -285,82 +290,108 @@ def parse_args(argv: list[str]) -> SimConfig:
     ns = parser.parse_args(argv)
     _check_ranges(parser, ns)
     bare: list[str] = []
-
-    if ns.sim_style == "0.5.23" and ns.disable_cuda_graph:
+    if style.deprecated_flag_warning and ns.disable_cuda_graph:
         bare.append(
             "\033[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future "
             "release. Use '--cuda-graph-backend-decode=disabled' instead.\033[0m"
         )
-    algo = ns.speculative_algorithm
-    if algo is not None:
-        algo = algo.upper()
-        if style.name == "0.5.23" and algo not in (
-            "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO",
-        ):  # fmt: skip
-            _server_args_error(style, f"ValueError: Unknown speculative algorithm name: {algo}")
-        if algo == "NEXTN":
-            algo = "EAGLE"
-        if algo not in MODELLED_ALGOS:
-            parser.exit(2, f"{style.prog}: simulator: speculative algorithm {algo} is not modelled (use EAGLE, EAGLE3 or NEXTN)\n")  # fmt: skip
+    spec = _resolve_speculative(parser, style, ns, bare)
+    cfg = _config(style, ns, spec, argv, bare)
+    if ns.sim_fail_when:
+        _apply_fail_when(parser, ns, cfg)
+    return cfg
 
+
+@dataclass(frozen=True)
+class _Spec:
+    """Speculative settings as ``ServerArgs.__post_init__`` leaves them (§7.2, §7.3)."""
+
+    algo: str | None
+    steps: int | None
+    topk: int | None
+    ndt: int | None
+    max_running: int | None
+
+
+def _spec_algorithm(parser: argparse.ArgumentParser, style: Style, name: str | None) -> str | None:
+    if name is None:
+        return None
+    algo = name.upper()
+    if style.spec_algo_known is not None and algo not in style.spec_algo_known:
+        _server_args_error(style, f"ValueError: Unknown speculative algorithm name: {algo}")
+    if algo == "NEXTN":
+        algo = "EAGLE"
+    if algo not in MODELLED_ALGOS:
+        parser.exit(2, f"{style.prog}: simulator: speculative algorithm {algo} is not modelled (use EAGLE, EAGLE3 or NEXTN)\n")  # fmt: skip
+    return algo
+
+
+def _resolve_speculative(
+    parser: argparse.ArgumentParser, style: Style, ns: argparse.Namespace, bare: list[str]
+) -> _Spec:
+    """Defaults and adjustments of the speculative flags; their warnings go to ``bare``."""
+    algo = _spec_algorithm(parser, style, ns.speculative_algorithm)
+    max_running = ns.max_running_requests
+    if algo is None:
+        return _Spec(None, None, None, None, max_running)
     steps, topk, ndt = (
         ns.speculative_num_steps,
         ns.speculative_eagle_topk,
         ns.speculative_num_draft_tokens,
     )
-    max_running = ns.max_running_requests
-    if algo is not None:
-        if max_running is None:
-            max_running = 48
-            bare.extend(w for w in style.bare_warnings_spec if w.startswith("Max running"))
-        bare.extend(w for w in style.bare_warnings_spec if not w.startswith("Max running"))
-        if steps is None:
-            if topk is not None or ndt is not None:
-                _server_args_error(style, "AssertionError")
-            if style.name == "0.4.6" or _model_family(ns.model_path) == "llama":
-                steps, topk, ndt = 5, 4, 8
-            else:
-                steps, topk, ndt = 3, 1, 4
+    if max_running is None:
+        max_running = 48
+        bare.extend(w for w in style.bare_warnings_spec if w.startswith("Max running"))
+    bare.extend(w for w in style.bare_warnings_spec if not w.startswith("Max running"))
+    if steps is None:
+        if topk is not None or ndt is not None:
+            _server_args_error(style, "AssertionError")
+        if style.spec_default_large or _model_family(ns.model_path) == "llama":
+            steps, topk, ndt = 5, 4, 8
         else:
-            topk = topk if topk is not None else (4 if style.name == "0.4.6" else 1)
-            ndt = ndt if ndt is not None else (8 if topk > 1 else steps + 1)
-        if topk == 1 and ndt != steps + 1:
-            bare.append(
-                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
-                "speculative_eagle_topk == 1"
-            )
-            ndt = steps + 1
-        if style.name == "0.5.23" and topk == 1:
-            bare.append(
-                "Overlap spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding."
-            )
+            steps, topk, ndt = 3, 1, 4
     else:
-        steps = topk = ndt = None
+        topk = topk if topk is not None else style.spec_default_topk
+        ndt = ndt if ndt is not None else (8 if topk > 1 else steps + 1)
+    if topk == 1 and ndt != steps + 1:
+        bare.append(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+            "speculative_eagle_topk == 1"
+        )
+        ndt = steps + 1
+    if style.spec_v2_overlap and topk == 1:
+        bare.append(
+            "Overlap spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding."
+        )
+    return _Spec(algo, steps, topk, ndt, max_running)
 
+
+def _config(
+    style: Style, ns: argparse.Namespace, spec: _Spec, argv: list[str], bare: list[str]
+) -> SimConfig:
     cg = not ns.disable_cuda_graph
     if getattr(ns, "cuda_graph_backend_decode", None) == "disabled":
         cg = False
-    cg_max = ns.cuda_graph_max_bs or (48 if algo else (160 if style.name == "0.4.6" else 256))
+    cg_max = ns.cuda_graph_max_bs or (48 if spec.algo else style.default_cuda_graph_max_bs)
     draft_path = ns.speculative_draft_model_path
-    if algo is not None and draft_path is None:
+    if spec.algo is not None and draft_path is None:
         draft_path = ns.model_path  # MTP-style: the draft head lives in the target checkpoint
-
-    cfg = SimConfig(
+    return SimConfig(
         style=style,
         model_path=ns.model_path,
         host=ns.host,
         port=ns.port,
         tp_size=max(1, ns.tp_size),
         dp_size=max(1, ns.dp_size),
-        spec_algorithm=algo,
+        spec_algorithm=spec.algo,
         draft_model_path=draft_path,
-        num_steps=steps,
-        topk=topk,
-        num_draft_tokens=ndt,
+        num_steps=spec.steps,
+        topk=spec.topk,
+        num_draft_tokens=spec.ndt,
         cuda_graph=cg,
         cuda_graph_max_bs=cg_max,
         mem_fraction_static=ns.mem_fraction_static if ns.mem_fraction_static is not None else 0.85,
-        max_running_requests=max_running,
+        max_running_requests=spec.max_running,
         context_length=ns.context_length,
         chunked_prefill_size=ns.chunked_prefill_size or 8192,
         decode_log_interval=max(1, ns.decode_log_interval),
@@ -370,23 +401,14 @@ def parse_args(argv: list[str]) -> SimConfig:
         log_requests_level=(
             ns.log_requests_level
             if ns.log_requests_level is not None
-            else (0 if style.name == "0.4.6" else 2)
+            else style.default_log_requests_level
         ),
         enable_metrics=ns.enable_metrics,
         skip_server_warmup=ns.skip_server_warmup,
         served_model_name=ns.served_model_name or ns.model_path,
         trust_remote_code=ns.trust_remote_code,
         random_seed=ns.random_seed if ns.random_seed is not None else 0,
-        speed=ns.sim_speed if ns.sim_speed > 0 else DEFAULT_SPEED,
-        seed=ns.sim_seed,
-        fail=ns.sim_fail,
-        hang=ns.sim_hang,
-        fail_after=max(0, ns.sim_fail_after),
-        drafter_quality=ns.sim_drafter_quality,
-        base_tok_s=ns.sim_base_tok_s if ns.sim_base_tok_s > 0 else 90.0,
-        eos_rate=min(max(ns.sim_eos_rate, 0.0), 1.0),
-        orphan=ns.sim_orphan,
-        tag=ns.sim_tag,
+        **_sim_settings(ns),
         argv=list(argv),
         bare_warnings=bare,
         extra={
@@ -402,20 +424,40 @@ def parse_args(argv: list[str]) -> SimConfig:
             "log_level": ns.log_level,
         },
     )
-    if ns.sim_fail_when:
-        if not (ns.sim_fail or ns.sim_hang):
-            parser.error("--sim-fail-when needs --sim-fail or --sim-hang")
-        try:
-            cond = parse_fail_when(ns.sim_fail_when)
-        except ValueError as exc:
-            parser.error(
-                f"argument --sim-fail-when: bad condition {exc.args[0]!r} "
-                f"(use K=V pairs with K in {', '.join(sorted(FAIL_WHEN_KEYS))})"
-            )
-        if not _matches(cfg, cond):
-            cfg.fail = None
-            cfg.hang = None
-    return cfg
+
+
+def _sim_settings(ns: argparse.Namespace) -> dict[str, Any]:
+    """The ``--sim-*`` flags as SimConfig fields."""
+    return {
+        "speed": ns.sim_speed if ns.sim_speed > 0 else DEFAULT_SPEED,
+        "seed": ns.sim_seed,
+        "fail": ns.sim_fail,
+        "hang": ns.sim_hang,
+        "fail_after": max(0, ns.sim_fail_after),
+        "drafter_quality": ns.sim_drafter_quality,
+        "base_tok_s": ns.sim_base_tok_s if ns.sim_base_tok_s > 0 else 90.0,
+        "eos_rate": min(max(ns.sim_eos_rate, 0.0), 1.0),
+        "orphan": ns.sim_orphan,
+        "tag": ns.sim_tag,
+    }
+
+
+def _apply_fail_when(
+    parser: argparse.ArgumentParser, ns: argparse.Namespace, cfg: SimConfig
+) -> None:
+    """--sim-fail-when: keep the injected failure/hang only when the configuration matches."""
+    if not (ns.sim_fail or ns.sim_hang):
+        parser.error("--sim-fail-when needs --sim-fail or --sim-hang")
+    try:
+        cond = parse_fail_when(ns.sim_fail_when)
+    except ValueError as exc:
+        parser.error(
+            f"argument --sim-fail-when: bad condition {exc.args[0]!r} "
+            f"(use K=V pairs with K in {', '.join(sorted(FAIL_WHEN_KEYS))})"
+        )
+    if not _matches(cfg, cond):
+        cfg.fail = None
+        cfg.hang = None
 
 
 def _server_args_error(style: Style, last_line: str) -> None:

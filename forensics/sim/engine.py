@@ -347,11 +347,11 @@ class Engine:
             "finish_reason": req.finish_reason if final else None,
             "prompt_tokens": req.prompt_tokens,
         }
-        if self.style.name != "0.4.6":
+        if self.style.weight_version:
             meta["weight_version"] = "default"
         meta["completion_tokens"] = len(req.out_ids)
         meta["cached_tokens"] = 0
-        if self.style.name == "0.5.23":
+        if self.style.reasoning_tokens:
             meta["reasoning_tokens"] = 0
         if not final:
             return meta

@@ -86,14 +86,8 @@ KV_FRAMES: dict[str, list[Frame]] = {
 }
 
 
-def _graph_runner(style: Style) -> str:
-    if style.name == "0.5.23":
-        return "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
-    return "sglang/srt/model_executor/cuda_graph_runner.py"
-
-
 def capture_outer_frames(style: Style) -> list[Frame]:
-    gr = _graph_runner(style)
+    gr = style.graph_runner
     return [
         (MR, "initialize", "self.init_cuda_graphs()"),
         (MR, "init_cuda_graphs", "self.cuda_graph_runner = CudaGraphRunner(self)"),
@@ -102,7 +96,7 @@ def capture_outer_frames(style: Style) -> list[Frame]:
 
 
 def capture_inner_frames(style: Style, oom: bool) -> list[Frame]:
-    gr = _graph_runner(style)
+    gr = style.graph_runner
     frames: list[Frame] = [
         (gr, "__init__", "self.capture()"),
         (gr, "capture", ") = self.capture_one_batch_size(bs, forward)"),
@@ -158,11 +152,7 @@ def runtime_frames(style: Style, speculative: bool, overlap_v2: bool) -> list[Fr
                 "accept_length_cpu = accept_length.tolist()",
             ),
         ]
-    info = (
-        "sglang/srt/speculative/eagle_utils.py"
-        if style.name == "0.4.6"
-        else "sglang/srt/speculative/eagle_info.py"
-    )
+    info = style.spec_info_module
     return [
         (SCHED, "run_scheduler_process", "scheduler.event_loop_normal()"),
         (CTX, "decorate_context", "return func(*args, **kwargs)"),
@@ -210,7 +200,7 @@ def cuda_error(style: Style, what: str, code_name: str) -> str:
 
 
 def oom_text(style: Style, alloc_gib: float, free_gib: float, total_gib: float = 139.80) -> str:
-    cls = "torch.OutOfMemoryError" if style.name != "0.4.6" else "torch.OutOfMemoryError"
+    cls = "torch.OutOfMemoryError"
     in_use = total_gib - free_gib
     return (
         f"{cls}: CUDA out of memory. Tried to allocate {alloc_gib:.2f} GiB. GPU 0 has a total "

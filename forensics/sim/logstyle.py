@@ -61,6 +61,26 @@ class Style:
     kv_oom: str  # §4.2
     cuda_error_class: str  # torch error class of CUDA faults (older torch: RuntimeError)
     cuda_error_search: bool  # torch ≥ 2.8 adds the "Search for `cudaError...'" line
+    # -- command line (§4.1, §7.1)
+    flag_aliases: bool  # --model, --speculative-draft-model (0.5.x)
+    spec_algo_choices: tuple[str, ...] | None  # argparse choices; None: free-form (0.5.10+)
+    spec_algo_known: tuple[str, ...] | None  # names ServerArgs accepts when free-form
+    split_cuda_graph_flags: bool  # --cuda-graph-max-bs-decode/-prefill, backend (0.5.20+)
+    spec_default_large: bool  # defaults steps/topk/ndt 5/4/8 for every model (≤ 0.4.6)
+    spec_default_topk: int  # topk when only --speculative-num-steps is given
+    spec_v2_overlap: bool  # overlap spec v2 on by default at topk 1 (0.5.14+)
+    default_cuda_graph_max_bs: int  # without speculation
+    default_log_requests_level: int
+    # -- startup and failures
+    draft_capture_single_step: bool  # a draft graph is captured even at num_steps 1 (≤ 0.4.6)
+    graph_runner: str  # module of the decode CUDA graph runner (tracebacks)
+    spec_info_module: str  # module of the EAGLE verify step (tracebacks)
+    # -- HTTP
+    weight_version: bool  # meta_info / model_info carry weight_version and friends (0.5.x)
+    reasoning_tokens: bool  # meta_info carries reasoning_tokens (0.5.14+)
+    output_ids: bool  # /generate returns output_ids (0.5.x)
+    ready_route: bool  # GET /ready (0.5.14+)
+    metrics_extended: bool  # accept rate, is_cuda_graph, ... in /metrics (0.5.x)
     bare_warnings_spec: tuple[str, ...] = field(default=())
     deprecated_flag_warning: bool = False  # §4.1 (0.5.14+)
     version: str = ""
@@ -110,6 +130,9 @@ _DECODE_05 = (
     "Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
     "{spec}cuda graph: {cuda_graph}, gen throughput (token/s): {gen:.2f}, #queue-req: {queue}"
 )
+
+_GRAPH_RUNNER_OLD = "sglang/srt/model_executor/cuda_graph_runner.py"
+_SPEC_INFO_05 = "sglang/srt/speculative/eagle_info.py"
 
 STYLES: dict[str, Style] = {
     "0.4.6": Style(
@@ -181,6 +204,23 @@ STYLES: dict[str, Style] = {
         kv_oom="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
         cuda_error_class="RuntimeError",
         cuda_error_search=False,
+        flag_aliases=False,
+        spec_algo_choices=("EAGLE", "EAGLE3", "NEXTN"),
+        spec_algo_known=None,
+        split_cuda_graph_flags=False,
+        spec_default_large=True,
+        spec_default_topk=4,
+        spec_v2_overlap=False,
+        default_cuda_graph_max_bs=160,
+        default_log_requests_level=0,
+        draft_capture_single_step=True,
+        graph_runner=_GRAPH_RUNNER_OLD,
+        spec_info_module="sglang/srt/speculative/eagle_utils.py",
+        weight_version=False,
+        reasoning_tokens=False,
+        output_ids=False,
+        ready_route=False,
+        metrics_extended=False,
         bare_warnings_spec=(
             "Overlap scheduler is disabled because of using eagle speculative decoding.",
         ),
@@ -265,6 +305,23 @@ STYLES: dict[str, Style] = {
         ),
         cuda_error_class="torch.AcceleratorError",
         cuda_error_search=True,
+        flag_aliases=True,
+        spec_algo_choices=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"),
+        spec_algo_known=None,
+        split_cuda_graph_flags=False,
+        spec_default_large=False,
+        spec_default_topk=1,
+        spec_v2_overlap=False,
+        default_cuda_graph_max_bs=256,
+        default_log_requests_level=2,
+        draft_capture_single_step=False,
+        graph_runner=_GRAPH_RUNNER_OLD,
+        spec_info_module=_SPEC_INFO_05,
+        weight_version=True,
+        reasoning_tokens=False,
+        output_ids=True,
+        ready_route=False,
+        metrics_extended=True,
         bare_warnings_spec=(
             "Max running requests is reset to 48 for speculative decoding. You can override "
             "this by explicitly setting --max-running-requests.",
@@ -357,6 +414,32 @@ STYLES: dict[str, Style] = {
         ),
         cuda_error_class="torch.AcceleratorError",
         cuda_error_search=True,
+        flag_aliases=True,
+        spec_algo_choices=None,
+        spec_algo_known=(
+            "EAGLE",
+            "EAGLE3",
+            "NEXTN",
+            "STANDALONE",
+            "NGRAM",
+            "DFLASH",
+            "DSPARK",
+            "UNO",
+        ),  # fmt: skip
+        split_cuda_graph_flags=True,
+        spec_default_large=False,
+        spec_default_topk=1,
+        spec_v2_overlap=True,
+        default_cuda_graph_max_bs=256,
+        default_log_requests_level=2,
+        draft_capture_single_step=False,
+        graph_runner="sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+        spec_info_module=_SPEC_INFO_05,
+        weight_version=True,
+        reasoning_tokens=True,
+        output_ids=True,
+        ready_route=True,
+        metrics_extended=True,
         bare_warnings_spec=(
             "Max running requests is reset to 48 for speculative decoding. You can override "
             "this by explicitly setting --max-running-requests.",

@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from forensics.sim import failures
@@ -187,7 +188,7 @@ class SimServer:
         assert eng is not None
         eng.stalled = True
         if cfg.fail == "runtime-ima":
-            overlap = st.name == "0.5.23" and cfg.speculative and cfg.topk == 1
+            overlap = st.spec_v2_overlap and cfg.speculative and cfg.topk == 1
             text = failures.runtime_ima(st, cfg.speculative, overlap)
             for dp, tp in self.startup.ranks:
                 self.log.rank(tp, f"Scheduler hit an exception: {text}", dp=dp)
@@ -284,7 +285,7 @@ class SimServer:
         if st.new_info_routes:
             r.add_get("/model_info", self.h_model_info)
             r.add_get("/server_info", self.h_server_info)
-        if st.name == "0.5.23":
+        if st.ready_route:
             r.add_get("/ready", self.h_ready)
         r.add_route("GET", "/flush_cache", self.h_flush)
         r.add_route("POST", "/flush_cache", self.h_flush)
@@ -363,7 +364,7 @@ class SimServer:
             "tokenizer_path": cfg.extra["tokenizer_path"],
             "is_generation": True,
         }
-        if self.style.name != "0.4.6":
+        if self.style.weight_version:
             arch = self.startup.model.arch
             info.update(
                 preferred_sampling_params=None,
@@ -465,7 +466,7 @@ class SimServer:
             ("generation_tokens_total", "counter", "Number of generation tokens processed.", eng.generation_tokens_total),
             ("num_requests_total", "counter", "Number of requests processed.", eng.requests_total),
         ]  # fmt: skip
-        if self.style.name != "0.4.6":
+        if self.style.metrics_extended:
             rows += [
                 ("spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.", eng.last_accept_rate),
                 ("is_cuda_graph", "gauge", "Whether the batch is using CUDA graph.", float(self.cfg.cuda_graph)),
@@ -528,7 +529,7 @@ class SimServer:
         eng = self.engine
         assert eng is not None
         out: dict[str, Any] = {"text": req.text}
-        if self.style.name != "0.4.6":
+        if self.style.output_ids:
             out["output_ids"] = list(req.out_ids)
         out["meta_info"] = eng.meta_info(req, final=final)
         return out
@@ -647,77 +648,59 @@ class SimServer:
         return await self._openai(request, chat=True)
 
     async def _openai(self, request, *, chat: bool):
-        web = self._aio
         if (err := self._check_accepting()) is not None:
             return err
         obj = await self._read_json(request)
         if obj is None:
             return self._error("Invalid request body: expected a JSON object.")
         ctx = self.cfg.context_length or self.startup.model.context_len
-        if chat:
-            msgs = obj.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                return self._error("messages must be a non-empty list.")
-            n_prompt = 2 + sum(
-                4
-                + count_prompt_tokens(str(m.get("content", "")) if isinstance(m, dict) else str(m))
-                for m in msgs
-            )
-            max_tokens = obj.get("max_completion_tokens", obj.get("max_tokens"))
-            default_max = ctx - n_prompt
-        else:
-            prompt = obj.get("prompt")
-            if prompt is None:
-                return self._error("prompt is required.")
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-                n_prompt = len(prompt)
-            elif isinstance(prompt, list):
-                n_prompt = count_prompt_tokens(str(prompt[0]) if prompt else "")
-            else:
-                n_prompt = count_prompt_tokens(str(prompt))
-            max_tokens = obj.get("max_tokens", 16)
-            default_max = 16
+        asked = _chat_prompt(obj, ctx) if chat else _completion_prompt(obj)
+        if isinstance(asked, str):
+            return self._error(asked)
+        n_prompt, max_tokens, default_max = asked
         sp = {"max_new_tokens": max_tokens, "ignore_eos": obj.get("ignore_eos", False)}
         try:
             req = self._make_req(n_prompt, sp, obj.get("rid"), default_max)
         except (TypeError, ValueError) as exc:
             return self._error(str(exc))
         self.engine.submit(req)
-        model = obj.get("model") or self.cfg.served_model_name
-        created = int(time.time())
-        cid = ("chatcmpl-" if chat else "cmpl-") + req.rid
-        obj_name = "chat.completion" if chat else "text_completion"
+        reply = _Reply(
+            chat=chat,
+            cid=("chatcmpl-" if chat else "cmpl-") + req.rid,
+            created=int(time.time()),
+            model=obj.get("model") or self.cfg.served_model_name,
+        )
         if not obj.get("stream"):
-            await self._wait_done(req)
-            reason, matched = self._finish(req)
-            if chat:
-                choice = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": req.text, "reasoning_content": None, "tool_calls": None},
-                    "logprobs": None, "finish_reason": reason, "matched_stop": matched,
-                }  # fmt: skip
-            else:
-                choice = {"index": 0, "text": req.text, "logprobs": None, "finish_reason": reason, "matched_stop": matched}  # fmt: skip
-            body = {"id": cid, "object": obj_name, "created": created, "model": model,
-                    "choices": [choice], "usage": self._usage(req)}  # fmt: skip
-            return web.json_response(body, dumps=dumps)
-
+            return await self._openai_whole(req, reply)
         include_usage = bool((obj.get("stream_options") or {}).get("include_usage"))
-        resp = web.StreamResponse(
+        return await self._openai_stream(request, req, reply, include_usage)
+
+    async def _openai_whole(self, req: Req, reply: _Reply):
+        await self._wait_done(req)
+        reason, matched = self._finish(req)
+        if reply.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": req.text, "reasoning_content": None, "tool_calls": None},
+                "logprobs": None, "finish_reason": reason, "matched_stop": matched,
+            }  # fmt: skip
+        else:
+            choice = {"index": 0, "text": req.text, "logprobs": None, "finish_reason": reason, "matched_stop": matched}  # fmt: skip
+        obj_name = "chat.completion" if reply.chat else "text_completion"
+        body = {"id": reply.cid, "object": obj_name, "created": reply.created, "model": reply.model,
+                "choices": [choice], "usage": self._usage(req)}  # fmt: skip
+        return self._aio.json_response(body, dumps=dumps)
+
+    async def _openai_stream(self, request, req: Req, reply: _Reply, include_usage: bool):
+        resp = self._aio.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
         self._access(request, 200)
-        chunk_obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(choice: dict[str, Any]) -> bytes:
-            body = {"id": cid, "object": chunk_obj, "created": created, "model": model,
-                    "choices": [choice], "usage": None}  # fmt: skip
-            return f"data: {dumps(body)}\n\n".encode()
-
+        chat = reply.chat
         try:
             if chat:
-                await resp.write(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None, "matched_stop": None}))  # fmt: skip
+                await resp.write(reply.chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None, "matched_stop": None}))  # fmt: skip
             sent = 0
             while True:
                 done = await req.events.get()
@@ -728,7 +711,7 @@ class SimServer:
                         c = {"index": 0, "delta": {"content": delta}, "logprobs": None, "finish_reason": None, "matched_stop": None}  # fmt: skip
                     else:
                         c = {"index": 0, "text": delta, "logprobs": None, "finish_reason": None, "matched_stop": None}  # fmt: skip
-                    await resp.write(chunk(c))
+                    await resp.write(reply.chunk(c))
                 if done:
                     break
             reason, matched = self._finish(req)
@@ -736,15 +719,56 @@ class SimServer:
                 c = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason, "matched_stop": matched}  # fmt: skip
             else:
                 c = {"index": 0, "text": "", "logprobs": None, "finish_reason": reason, "matched_stop": matched}  # fmt: skip
-            await resp.write(chunk(c))
+            await resp.write(reply.chunk(c))
             if include_usage:
-                body = {"id": cid, "object": chunk_obj, "created": created, "model": model,
-                        "choices": [], "usage": self._usage(req)}  # fmt: skip
-                await resp.write(f"data: {dumps(body)}\n\n".encode())
+                await resp.write(reply.chunk(None, usage=self._usage(req)))
             await resp.write(b"data: [DONE]\n\n")
         except ConnectionResetError:
             pass
         return resp
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What every chunk of one OpenAI-style reply repeats."""
+
+    chat: bool
+    cid: str
+    created: int
+    model: str
+
+    def chunk(self, choice: dict[str, Any] | None, usage: dict[str, Any] | None = None) -> bytes:
+        """One SSE event; ``choice`` None: the closing usage chunk (no choices)."""
+        obj_name = "chat.completion.chunk" if self.chat else "text_completion"
+        body = {"id": self.cid, "object": obj_name, "created": self.created, "model": self.model,
+                "choices": [] if choice is None else [choice], "usage": usage}  # fmt: skip
+        return f"data: {dumps(body)}\n\n".encode()
+
+
+def _chat_prompt(obj: dict[str, Any], ctx: int) -> tuple[int, Any, int] | str:
+    """(prompt tokens, max_tokens asked, default max) of a chat request, or the error text."""
+    msgs = obj.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return "messages must be a non-empty list."
+    n_prompt = 2 + sum(
+        4 + count_prompt_tokens(str(m.get("content", "")) if isinstance(m, dict) else str(m))
+        for m in msgs
+    )
+    return n_prompt, obj.get("max_completion_tokens", obj.get("max_tokens")), ctx - n_prompt
+
+
+def _completion_prompt(obj: dict[str, Any]) -> tuple[int, Any, int] | str:
+    """(prompt tokens, max_tokens asked, default max) of a completion request, or the error."""
+    prompt = obj.get("prompt")
+    if prompt is None:
+        return "prompt is required."
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        n_prompt = len(prompt)
+    elif isinstance(prompt, list):
+        n_prompt = count_prompt_tokens(str(prompt[0]) if prompt else "")
+    else:
+        n_prompt = count_prompt_tokens(str(prompt))
+    return n_prompt, obj.get("max_tokens", 16), 16
 
 
 # ---------------------------------------------------------------------- entry point

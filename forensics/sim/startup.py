@@ -69,7 +69,7 @@ def capture_bs_list(max_bs: int) -> list[int]:
 def server_args_fields(cfg: SimConfig) -> list[tuple[str, Any]]:
     """ServerArgs fields in declaration order (a representative subset), resolved values."""
     e = cfg.extra
-    cg_key = "cuda_graph_max_bs_decode" if cfg.style.name == "0.5.23" else "cuda_graph_max_bs"
+    cg_key = "cuda_graph_max_bs_decode" if cfg.style.split_cuda_graph_flags else "cuda_graph_max_bs"
     return [
         ("model_path", cfg.model_path),
         ("tokenizer_path", e["tokenizer_path"]),
@@ -127,7 +127,7 @@ def server_args_fields(cfg: SimConfig) -> list[tuple[str, Any]]:
         ("disable_radix_cache", e["disable_radix_cache"]),
         ("disable_cuda_graph", not cfg.cuda_graph),
         ("disable_cuda_graph_padding", False),
-        ("disable_overlap_schedule", cfg.speculative and cfg.style.name != "0.5.23"),
+        ("disable_overlap_schedule", cfg.speculative and not cfg.style.spec_v2_overlap),
         ("enable_dp_attention", e["enable_dp_attention"]),
         ("enable_torch_compile", False),
         (cg_key, cfg.cuda_graph_max_bs),
@@ -390,7 +390,7 @@ class Startup:
         cfg = self.cfg
         n = len(capture_bs_list(cfg.cuda_graph_max_bs))
         st = self.style
-        if (cfg.num_steps or 0) > 1 or st.name == "0.4.6":
+        if (cfg.num_steps or 0) > 1 or st.draft_capture_single_step:
             await self._capture(
                 st.capture_draft_begin, st.capture_draft_end, ntok=cfg.topk or 1, usage=0.41,
                 modelled_s=0.6 * n, rank0_only=st.draft_capture_rank0_only,
