@@ -6,32 +6,19 @@ from __future__ import annotations
 
 import json
 import string
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forensics_parsers.prefixes import ANCHOR_RX
-from forensics_parsers.sglang import Frames, parse_bytes
 from forensics_parsers.wrappers import JSON_KEYS
+from tests.rewrap import FIX, assert_frames_of_fixture, fixture_text, rewrap
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
 # edge_utf16.log is an encoding fixture of the log source (forensics/logsource.py), not text
 NAMES = sorted(
     p.name for p in FIX.glob("*.log") if p.name not in ("binary.log", "empty.log", "edge_utf16.log")
 )
-FIXTURES = {n: (FIX / n).read_bytes().decode() for n in NAMES}
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def canon(f: Frames) -> dict:
-    out = {}
-    for name, df in f.tables().items():
-        if name != "runs" and not df.is_empty():
-            df = df.sort(["line", *[c for c in df.columns if c != "line"]], nulls_last=True)
-        out[name] = df.to_dicts()
-    out["counts"] = dict(f.counts)
-    return out
 
 
 _PRINTABLE = string.ascii_letters + string.digits + "!#$%&'()*+,-./:;<=@[]^_`~|?"
@@ -72,39 +59,23 @@ torchrun = st.integers(0, 63).map(lambda r: lambda i: f"[rank{r}]: ")
 prefixes = st.one_of(random_text, container, kubectl, aggregator, journald, torchrun)
 
 
-def lines_of(text: str) -> tuple[list[str], bool]:
-    ends = text.endswith("\n")
-    lines = text.split("\n")
-    return (lines[:-1] if ends else lines), ends
-
-
 @SETTINGS
 @given(st.sampled_from(NAMES), prefixes)
 def test_a_prefix_on_every_line_changes_no_frame(name, prefix):
-    text = FIXTURES[name]
-    lines, ends = lines_of(text)
-    wrapped = "\n".join(prefix(i) + s for i, s in enumerate(lines)) + ("\n" if ends else "")
-    assert canon(parse_bytes(wrapped.encode(), "x.log")) == canon(
-        parse_bytes(text.encode(), "x.log")
-    )
+    assert_frames_of_fixture(name, rewrap(name, lambda i, s: prefix(i) + s))
 
 
 @SETTINGS
 @given(
-    st.sampled_from([n for n in NAMES if FIXTURES[n].endswith("\n")]),
+    st.sampled_from([n for n in NAMES if fixture_text(n).endswith("\n")]),
     st.sampled_from(JSON_KEYS),
     st.booleans(),
     st.dictionaries(st.sampled_from(["stream", "time", "host", "pod"]), st.text(max_size=8)),
     st.one_of(st.none(), prefixes),
 )
 def test_json_lines_wrapping_changes_no_frame(name, key, newline, extra, prefix):
-    text = FIXTURES[name]
-    lines, _ = lines_of(text)
-    recs = []
-    for i, s in enumerate(lines):
+    def record(i: int, s: str) -> str:
         s = (prefix(i) if prefix else "") + s
-        recs.append(json.dumps({**extra, key: s + ("\n" if newline else "")}))
-    wrapped = "\n".join(recs) + "\n"
-    assert canon(parse_bytes(wrapped.encode(), "x.log")) == canon(
-        parse_bytes(text.encode(), "x.log")
-    )
+        return json.dumps({**extra, key: s + ("\n" if newline else "")})
+
+    assert_frames_of_fixture(name, rewrap(name, record))

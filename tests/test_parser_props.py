@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from forensics_parsers.sglang import Frames, LogParser, parse_bytes
 from forensics_parsers.wrappers import cr_to_lf, lone_cr, sniff_window
+from tests import rewrap
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 SAMPLES = [
@@ -64,14 +65,7 @@ def physical_lines(data: bytes) -> int:
 
 
 def canon(f: Frames) -> dict:
-    """Frames as comparable plain data (row order: by line)."""
-    out = {}
-    for name, df in f.tables().items():
-        if name != "runs" and not df.is_empty():
-            df = df.sort(["line", *[c for c in df.columns if c != "line"]], nulls_last=True)
-        out[name] = df.to_dicts()
-    out["counts"] = {k: v for k, v in f.counts.items() if v}
-    return out
+    return rewrap.canon(f, zero_counts=False)
 
 
 def stream(data: bytes, cuts: list[int]) -> Frames:

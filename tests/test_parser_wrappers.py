@@ -6,7 +6,6 @@ Each case wraps a real fixture and expects exactly the frames of the unwrapped f
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -15,31 +14,9 @@ from forensics_parsers.prefixes import PrefixFinder, locate, shape_of
 from forensics_parsers.sglang import PREFIX_RX, Frames, LogParser, parse_bytes, stage_of
 from forensics_parsers.wrappers import WRAPPERS, detect, lone_cr
 from scripts.real_fields import require_corpus
+from tests.rewrap import FIX, assert_frames_of_fixture, canon, fixture_lines, rewrap
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = ["sglang_fail_capture.log", "sglang_eagle3_cg_16dt.log", "edge_interleaved_ranks.log"]
-
-
-def canon(f: Frames) -> dict:
-    out = {}
-    for name, df in f.tables().items():
-        if name != "runs" and not df.is_empty():
-            df = df.sort(["line", *[c for c in df.columns if c != "line"]], nulls_last=True)
-        out[name] = df.to_dicts()
-    out["counts"] = dict(f.counts)
-    return out
-
-
-def fixture_lines(name: str) -> list[str]:
-    text = (FIX / name).read_bytes().decode()
-    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
-
-
-def same_as_fixture(name: str, wrapped: str) -> None:
-    want = canon(parse_bytes((FIX / name).read_bytes(), "x.log"))
-    got = canon(parse_bytes(wrapped.encode(), "x.log"))
-    for table in want:
-        assert got[table] == want[table], table
 
 
 def docker(line: str) -> str:
@@ -62,7 +39,7 @@ WRAPS = {
 @pytest.mark.parametrize("wrap", sorted(WRAPS))
 @pytest.mark.parametrize("name", CASES)
 def test_wrapped_logs_give_the_frames_of_the_plain_log(name, wrap):
-    same_as_fixture(name, "".join(WRAPS[wrap](s) + "\n" for s in fixture_lines(name)))
+    assert_frames_of_fixture(name, rewrap(name, lambda i, s: WRAPS[wrap](s)))
 
 
 def test_markdown_fences_are_blank_lines_around_the_log():
@@ -109,7 +86,7 @@ def test_lone_cr_line_endings_are_lines():
     data = "\r".join(lines).encode() + b"\r"
     assert lone_cr(data)
     f = parse_bytes(data, "x.log")
-    same_as_fixture("sglang_fail_runtime_ima.log", "\n".join(lines) + "\n")
+    assert_frames_of_fixture("sglang_fail_runtime_ima.log", "\n".join(lines) + "\n")
     assert f.stats["lines_total"] == len(lines)
     assert canon(f) == canon(parse_bytes((FIX / "sglang_fail_runtime_ima.log").read_bytes(), "x"))
 
@@ -160,8 +137,7 @@ PREFIXED = {
 @pytest.mark.parametrize("kind", sorted(PREFIXED))
 @pytest.mark.parametrize("name", [*CASES, "edge_pylogging_fork.log", "edge_time_only_2024.log"])
 def test_prefixed_lines_give_the_frames_of_the_plain_log(name, kind):
-    lines = fixture_lines(name)
-    same_as_fixture(name, "".join(PREFIXED[kind](i) + s + "\n" for i, s in enumerate(lines)))
+    assert_frames_of_fixture(name, rewrap(name, lambda i, s: PREFIXED[kind](i) + s))
 
 
 def test_real_kubectl_and_compose_tracebacks_keep_their_frames():
