@@ -5,7 +5,9 @@ of the scanned code beyond the two tables whose names rule (d) protects).
 (b) no function (nested defs and the click commands inside `register()` included) over 80 lines;
 (c) `importlib.import_module` / `__import__` only in the plugin loader(s);
 (d) no signature id (forensics.signatures.CATALOG) or parser rule name (the SGLang parser's
-    RULES table) as a string literal outside the module that declares the table.
+    RULES table) as a string literal outside the module that declares the table;
+(e) the simulator never branches on a style's name: its differences are fields of the style
+    (forensics/sim/logstyle.py, STYLES).
 
 Each rule has an ALLOWLIST of the violators of the day the test was written. It can only shrink:
 a new violator fails, and so does an allowlisted item that no longer violates (delete its line
@@ -123,6 +125,26 @@ def table_literals(path: str, tree: ast.AST, homes: dict[str, set[str]]) -> list
             and id(node) not in docs
         }
     )
+
+
+STYLE_NAMES = frozenset({"name", "style_name", "sim_style"})
+
+
+def style_name_branches(path: str, tree: ast.AST) -> list[Violation]:
+    """`x.name == "0.5.23"` (or !=, in) in the simulator: a style difference outside the style."""
+    if not path.startswith("forensics/sim/"):
+        return []
+    owner = _enclosing(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(isinstance(x, ast.Attribute) and x.attr in STYLE_NAMES for x in sides)
+        literal = any(isinstance(x, ast.Constant) and isinstance(x.value, str) for x in sides)
+        if named and literal:
+            found.add((path, owner.get(node, "<module>")))
+    return sorted(found)
 
 
 # ------------------------------------------------------------------------------------------
@@ -329,6 +351,16 @@ def test_no_table_name_as_a_literal_outside_its_table(sources):
     )
 
 
+def test_the_simulator_never_branches_on_a_style_name(sources):
+    found = [v for p, t in sources.items() for v in style_name_branches(p, t)]
+    _judge(
+        "branch on a style's name in the simulator",
+        found,
+        set(),
+        "add a field to Style (forensics/sim/logstyle.py) and set it in every STYLES row",
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # Each check catches a synthetic violation (and passes the same code when it is fine)
 # ------------------------------------------------------------------------------------------
@@ -375,3 +407,12 @@ def test_declaring_module_is_found():
         "forensics/other.py": ast.parse("def f():\n    CATALOG = 1\n"),
     }
     assert declaring_modules("CATALOG", sources, "forensics") == ["forensics/sig.py"]
+
+
+def test_style_name_branch_is_caught_only_in_the_simulator():
+    src = 'def f(cfg):\n    return 4 if cfg.style.name == "0.4.6" else 1\n'
+    tree = ast.parse(src)
+    assert style_name_branches("forensics/sim/args.py", tree) == [("forensics/sim/args.py", "f")]
+    assert style_name_branches("forensics/bench.py", tree) == []
+    fine = ast.parse("def f(cfg):\n    return 4 if cfg.style.spec_default_large else 1\n")
+    assert style_name_branches("forensics/sim/args.py", fine) == []
