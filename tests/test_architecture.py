@@ -235,7 +235,6 @@ ALLOW_LONG_FUNCTIONS: set[Violation] = {
     ("forensics/cli_bench.py", "bench_cmd"),
     ("forensics/cli_remote.py", "register"),
     ("forensics/cli_remote.py", "register.launch_cmd"),
-    ("forensics/cli_sim.py", "register"),
     ("forensics/localslurm.py", "local_slurm"),
     ("forensics/sweep/plan.py", "load"),
     ("forensics/sweep/runner.py", "run"),
