@@ -31,6 +31,7 @@ import csv
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -49,7 +50,7 @@ from forensics.runs import CLASSIFIER_COLUMNS
 from forensics.tables import LABEL_SCHEMA, VERDICT_SCHEMA  # declared with every table
 
 PHASES = sigs.PHASES
-MODEL_VERSION = 3
+MODEL_VERSION = 4  # 4: vectorizer settings in the JSON (numpy predictor)
 CORPUS = (
     Path(__file__).resolve().parent / "data" / "corpus"
 )  # package data: the labeled training set
@@ -893,41 +894,105 @@ def features(a: Analysis) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------
 @dataclass
 class Model:
+    """A trained model as JSON data. Predicting needs neither scikit-learn nor numpy (plain
+    Python over the JSON's vocabularies, idf weights and coefficients); scikit-learn only
+    trains (``_fit``)."""
+
     data: dict[str, Any]
-    _vecs: Any = None
+    _checked: bool = False
 
     @property
     def classes(self) -> list[str]:
         return self.data["classes"]
 
-    def _vectorizers(self):
-        if self._vecs is None:
-            import numpy as np
-            from sklearn.feature_extraction.text import TfidfVectorizer
-
-            vecs = []
+    def features_of(self, doc: tuple[str, str]) -> dict[int, float]:
+        """column -> value of one document: the TF-IDF row of every vectorizer side by side
+        (what scikit-learn's ``TfidfVectorizer.transform`` of each, stacked, gives)."""
+        if not self._checked:
             for spec in self.data["vectorizers"]:
-                v = TfidfVectorizer(**_vec_params(spec["kind"]), vocabulary=spec["vocabulary"])
-                v._validate_vocabulary()
-                v.idf_ = np.asarray(spec["idf"], dtype=float)
-                vecs.append(v)
-            self._vecs = vecs
-        return self._vecs
+                _check_spec(spec)
+            self._checked = True
+        row: dict[int, float] = {}
+        offset = 0
+        for spec, text in zip(self.data["vectorizers"], doc, strict=True):
+            vocab, idf = spec["vocabulary"], spec["idf"]
+            counts: dict[int, int] = {}
+            for term in _terms(spec, text):
+                j = vocab.get(term)
+                if j is not None:
+                    counts[j] = counts.get(j, 0) + 1
+            sub = spec["sublinear_tf"]
+            w = {j: ((1.0 + math.log(n)) if sub else float(n)) * idf[j] for j, n in counts.items()}
+            norm = math.sqrt(sum(x * x for x in w.values()))  # norm "l2" (_check_spec)
+            for j, x in w.items():
+                row[offset + j] = x / norm if norm > 0 else x
+            offset += len(idf)
+        return row
 
-    def proba(self, docs: list[tuple[str, str]]):
-        import numpy as np
-        from scipy.sparse import hstack
+    def logits(self, docs: list[tuple[str, str]]) -> list[list[float]]:
+        coef, intercept = self.data["coef"], self.data["intercept"]
+        out = []
+        for doc in docs:
+            row = self.features_of(doc)
+            out.append(
+                [
+                    b + sum(c[j] * x for j, x in row.items())
+                    for c, b in zip(coef, intercept, strict=True)
+                ]
+            )
+        return out
 
-        vecs = self._vectorizers()
-        X = hstack(
-            [vecs[0].transform([d[0] for d in docs]), vecs[1].transform([d[1] for d in docs])]
+    def proba(self, docs: list[tuple[str, str]]) -> list[list[float]]:
+        """Class probabilities per document, in ``classes`` order (temperature-calibrated)."""
+        t = float(self.data.get("temperature", 1.0))
+        out = []
+        for z in self.logits(docs):
+            top = max(z)
+            e = [math.exp((x - top) / t) for x in z]
+            total = sum(e)
+            out.append([x / total for x in e])
+        return out
+
+
+# The text analysis a vectorizer spec names (the settings _fit trains with, carried in the
+# model's JSON): "word" splits by ``token_pattern``; "char_wb" takes character n-grams of each
+# whitespace-separated word padded with one space, a word shorter than n counted once.
+_WHITESPACE = re.compile(r"\s\s+")
+SPEC_KEYS = ("analyzer", "token_pattern", "lowercase", "ngram_range", "sublinear_tf", "norm")
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    missing = [k for k in SPEC_KEYS if k not in spec]
+    if missing or spec["analyzer"] not in ("word", "char_wb") or spec["norm"] != "l2":
+        raise ForensicsError(
+            f"phase model: vectorizer {spec.get('kind')!r} has settings this predictor does not "
+            f"implement ({missing or spec.get('analyzer')})",
+            hint="retrain it: forensics classify train",
         )
-        coef = np.asarray(self.data["coef"], dtype=float)
-        logits = X @ coef.T + np.asarray(self.data["intercept"], dtype=float)
-        logits = np.asarray(logits) / float(self.data.get("temperature", 1.0))
-        logits -= logits.max(axis=1, keepdims=True)
-        p = np.exp(logits)
-        return p / p.sum(axis=1, keepdims=True)
+
+
+def _terms(spec: dict[str, Any], text: str) -> list[str]:
+    if spec["lowercase"]:
+        text = text.lower()
+    lo, hi = spec["ngram_range"]
+    if spec["analyzer"] == "word":
+        tokens = re.findall(spec["token_pattern"], text)
+        if (lo, hi) == (1, 1):
+            return tokens
+        return [
+            " ".join(tokens[i : i + n])
+            for n in range(lo, hi + 1)
+            for i in range(len(tokens) - n + 1)
+        ]
+    grams: list[str] = []
+    for word in _WHITESPACE.sub(" ", text).split():
+        w = f" {word} "
+        for n in range(lo, hi + 1):
+            if len(w) <= n:
+                grams.append(w)
+                break
+            grams += [w[i : i + n] for i in range(len(w) - n + 1)]
+    return grams
 
 
 def _vec_params(kind: str) -> dict[str, Any]:
@@ -939,6 +1004,18 @@ def _vec_params(kind: str) -> dict[str, Any]:
         "sublinear_tf": True,
         "lowercase": True,
         "max_features": 6000,
+    }
+
+
+def _spec(kind: str, v) -> dict[str, Any]:
+    """What a fitted TfidfVectorizer's transform needs, as JSON (the predictor's input)."""
+    params = v.get_params()
+    return {
+        "kind": kind,
+        **{k: params[k] for k in SPEC_KEYS if k != "ngram_range"},
+        "ngram_range": list(params["ngram_range"]),
+        "vocabulary": {k: int(i) for k, i in v.vocabulary_.items()},
+        "idf": [round(x, 5) for x in v.idf_],
     }
 
 
@@ -968,16 +1045,10 @@ def _fit(docs: list[tuple[str, str]], y: list[str], *, C: float = 4.0) -> Model:
         else np.array([-clf.intercept_[0], clf.intercept_[0]])
     )
 
-    def vocab(v):
-        return {k: int(i) for k, i in v.vocabulary_.items()}
-
     data = {
         "version": MODEL_VERSION,
         "classes": classes,
-        "vectorizers": [
-            {"kind": "tokens", "vocabulary": vocab(v1), "idf": [round(x, 5) for x in v1.idf_]},
-            {"kind": "chars", "vocabulary": vocab(v2), "idf": [round(x, 5) for x in v2.idf_]},
-        ],
+        "vectorizers": [_spec("tokens", v1), _spec("chars", v2)],
         "coef": [[round(float(x), 5) for x in row] for row in coef],
         "intercept": [round(float(x), 5) for x in inter],
         "temperature": 1.0,
@@ -1621,10 +1692,23 @@ def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
         if not df.is_empty() and "source_id" in df.columns:
             df = df.filter(pl.col("source_id") == source_id)
         out[name] = df
+    return _bounded(out)
+
+
+def _bounded(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """What the analysis sees of a stored run: what classify keeps of a streamed one (metrics
+    as counts, KEEP_ROWS per table, KEEP_TEXT per line), so a big run costs no more to
+    classify at ingest than a small one, and ``classify FILE`` and the store agree."""
+    out = dict(tables)
     for name in ("decode", "prefill"):
         df = out[name]
-        if not df.is_empty():
-            out[name] = df.select([c for c in ("run_index", "line", "rank") if c in df.columns])
+        if not df.is_empty() and "rank" not in df.columns:
+            df = df.with_columns(pl.lit("").alias("rank"))
+        out[name] = _metrics_summary(df)
+    for name, keep in KEEP_ROWS.items():
+        out[name] = _head_tail(out[name], keep)
+    if not out["lines"].is_empty():
+        out["lines"] = out["lines"].with_columns(pl.col("text").str.slice(0, KEEP_TEXT))
     return out
 
 
