@@ -116,40 +116,13 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
             port = bench.run_port(store, run_id)
     lookup = get_store(ctx, create=False) if _has_store(ctx) else None
     tgt = bench.resolve_bench_target(target, port, lookup, direct=direct)
-    with contextlib.ExitStack() as stack:
-        url = tgt.url
-        if tgt.ssh_host:  # the server listens on the host's loopback: tunnel to it
-            from forensics.hosts import get_host
-
-            fw = stack.enter_context(get_host(tgt.ssh_host).forward(tgt.remote_port))
-            url = f"http://127.0.0.1:{fw.port}"
-        cfg = bench.BenchConfig(url=url, **kw)
-        cfg.validate()
-        shown = redact_url(tgt.url)  # a password in the URL is never shown or stored
-        label = f"{shown} (via ssh {tgt.ssh_host})" if tgt.ssh_host else shown
-        rep = _run_with_progress(bench, cfg, quiet=as_json, label=label)
-    rep.config.url = shown
-    rep.via = f"ssh {tgt.ssh_host}" if tgt.ssh_host else None
-    url = tgt.url
-    if not rep.summary["completed"] and not rep.interrupted:  # a dead port: nothing to store
+    rep, cfg = _measure(bench, tgt, kw, quiet=as_json)
+    nothing_measured = not rep.summary["completed"] and not rep.interrupted
+    if nothing_measured:  # a dead port: nothing to store
         store = None
-        nothing_measured = True
-    else:
-        nothing_measured = False
+    baseline = None
     if store is not None:
-        if run_id is None:
-            found = bench.find_run_for_url(store, url)
-            if found:
-                run_id, run_label = found
-        rep.run_id, rep.run_name = run_id, run_label
-        try:
-            bench.accept_len_from_log(store, rep)
-        except ForensicsError as exc:  # the log may be on a host that is gone: keep the rest
-            click.echo(f"Warning: accept length from the run's log: {exc}", err=True)
-        bench.save_bench(store, rep)
-        baseline = bench.get_baseline(store, rep.run_id)
-    else:
-        baseline = None
+        baseline = _store_result(bench, store, rep, (run_id, run_label), tgt.url)
     if as_json:
         out = rep.as_dict()
         out["stored"] = store is not None
@@ -170,6 +143,45 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         if warning:
             click.echo(warning, err=True)
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
+
+
+def _measure(bench: Any, tgt: Any, kw: dict[str, Any], *, quiet: bool) -> tuple[Any, Any]:
+    """Run the benchmark against ``tgt`` (through an SSH tunnel when it says so); the report
+    names the target as the user gave it, never with its password."""
+    with contextlib.ExitStack() as stack:
+        url = tgt.url
+        if tgt.ssh_host:  # the server listens on the host's loopback: tunnel to it
+            from forensics.hosts import get_host
+
+            fw = stack.enter_context(get_host(tgt.ssh_host).forward(tgt.remote_port))
+            url = f"http://127.0.0.1:{fw.port}"
+        cfg = bench.BenchConfig(url=url, **kw)
+        cfg.validate()
+        shown = redact_url(tgt.url)  # a password in the URL is never shown or stored
+        label = f"{shown} (via ssh {tgt.ssh_host})" if tgt.ssh_host else shown
+        rep = _run_with_progress(bench, cfg, quiet=quiet, label=label)
+    rep.config.url = shown
+    rep.via = f"ssh {tgt.ssh_host}" if tgt.ssh_host else None
+    return rep, cfg
+
+
+def _store_result(
+    bench: Any, store: Any, rep: Any, run: tuple[str | None, str | None], url: str
+) -> dict | None:
+    """Attach the report to its run (given, else the run on that port), add the accept
+    length of its window from the run's log, store it; the baseline it compares with."""
+    run_id, run_label = run
+    if run_id is None:
+        found = bench.find_run_for_url(store, url)
+        if found:
+            run_id, run_label = found
+    rep.run_id, rep.run_name = run_id, run_label
+    try:
+        bench.accept_len_from_log(store, rep)
+    except ForensicsError as exc:  # the log may be on a host that is gone: keep the rest
+        click.echo(f"Warning: accept length from the run's log: {exc}", err=True)
+    bench.save_bench(store, rep)
+    return bench.get_baseline(store, rep.run_id)
 
 
 def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool, label: str | None = None) -> Any:

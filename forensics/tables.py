@@ -157,15 +157,15 @@ TABLES: dict[str, Table] = {
                 {"run_id": pl.String, "attached_by": pl.String},
             ),
             False,
-            "forensics.bench, forensics.bench_results (imported results files)",
+            "forensics.bench.storage, forensics.bench_results (imported results files)",
         ),
         Table(
             "bench_requests",
             _union(BENCH_REQUEST_SCHEMA, IMPORTED_REQUEST_SCHEMA),
             False,
-            "forensics.bench, forensics.bench_results",
+            "forensics.bench.storage, forensics.bench_results",
         ),
-        Table("bench_health", BENCH_HEALTH_SCHEMA, False, "forensics.bench"),
+        Table("bench_health", BENCH_HEALTH_SCHEMA, False, "forensics.bench.storage"),
     )
 }
 

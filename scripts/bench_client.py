@@ -359,54 +359,58 @@ def render(r: dict, n1: int, n64: int, out_len: int) -> str:
         "(the rest is the randomness of the acceptance draws in so few requests, not the client).",
         "",
     ]
-    bs = r.get("bench_serving")
-    if bs is None:
-        lines.append("SGLang's `bench_serving` was skipped (`--skip-sglang`).")
-    elif "error" in bs:
-        lines.append(f"SGLang's `bench_serving` could not run: {bs['error']}")
-    else:
-        lines += [
-            f"Side by side with SGLang's own `bench_serving` ({SGLANG_VERSION}, `--backend sglang`,",
-            "same simulator, same prompt/output lengths; medians):",
-            "",
-            "| figure | ours c=1 | bench_serving c=1 | ours c=64 | bench_serving c=64 |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        b1, b64 = bs["c1"], bs["c64"]
-        for key, label in (
-            ("completed", "completed requests"),
-            ("output_tok_s", "output tok/s (aggregate)"),
-            ("decode_tok_s", "decode tok/s (1 / median TPOT)"),
-            ("tpot_ms", "TPOT (ms)"),
-            ("itl_ms", "ITL (ms)"),
-            ("ttft_ms", "TTFT (ms)"),
-            ("e2e_ms", "end-to-end (ms)"),
-            ("accept_len", "accept length"),
-        ):
-            lines.append(
-                f"| {label} | {fmt(c1.get(key))} | {fmt(b1.get(key))} | "
-                f"{fmt(c64.get(key))} | {fmt(b64.get(key))} |"
-            )
-        lines += [
-            "",
-            "Where they differ and why: `bench_serving`'s accept length is the server's",
-            "`avg_spec_accept_length` after its `--flush-cache` (ours shows that as",
-            "`accept length (server)`; the row above is ours from the requests' own spec fields).",
-            "Its ITL spreads each chunk's gap over the chunk's tokens, like ours. Aggregate",
-            "output tok/s divides by the whole window (TTFT and gaps between requests",
-            "included), so it is below the decode speed in both. bench_serving also differs",
-            "in its prompts (sampled from a synthetic ShareGPT file through a local word-level",
-            "tokenizer, so the simulator sees other prompt texts) and runs after ours on the",
-            "same server; its aggregate also counts the time between its requests.",
-            "",
-            f"Its environment: `pip install --no-deps sglang=={SGLANG_VERSION}` plus "
-            f"{', '.join(SGLANG_DEPS)} in bench-out/sgl-venv (torch because",
-            "`sglang.srt.utils` imports it: several GB); the random dataset's ShareGPT file and",
-            "the tokenizer are generated locally so nothing is downloaded from the model hub.",
-        ]
-        if "cmd" in b1:
-            lines += ["", "bench_serving command:", "", "```", b1["cmd"], "```"]
+    lines += side_by_side(r.get("bench_serving"), c1, c64)
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(bs: dict | None, c1: dict, c64: dict) -> list[str]:
+    """The lines comparing our figures with SGLang's own `bench_serving` on the same server."""
+    if bs is None:
+        return ["SGLang's `bench_serving` was skipped (`--skip-sglang`)."]
+    if "error" in bs:
+        return [f"SGLang's `bench_serving` could not run: {bs['error']}"]
+    lines = [
+        f"Side by side with SGLang's own `bench_serving` ({SGLANG_VERSION}, `--backend sglang`,",
+        "same simulator, same prompt/output lengths; medians):",
+        "",
+        "| figure | ours c=1 | bench_serving c=1 | ours c=64 | bench_serving c=64 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    b1, b64 = bs["c1"], bs["c64"]
+    for key, label in (
+        ("completed", "completed requests"),
+        ("output_tok_s", "output tok/s (aggregate)"),
+        ("decode_tok_s", "decode tok/s (1 / median TPOT)"),
+        ("tpot_ms", "TPOT (ms)"),
+        ("itl_ms", "ITL (ms)"),
+        ("ttft_ms", "TTFT (ms)"),
+        ("e2e_ms", "end-to-end (ms)"),
+        ("accept_len", "accept length"),
+    ):
+        lines.append(
+            f"| {label} | {fmt(c1.get(key))} | {fmt(b1.get(key))} | "
+            f"{fmt(c64.get(key))} | {fmt(b64.get(key))} |"
+        )
+    lines += [
+        "",
+        "Where they differ and why: `bench_serving`'s accept length is the server's",
+        "`avg_spec_accept_length` after its `--flush-cache` (ours shows that as",
+        "`accept length (server)`; the row above is ours from the requests' own spec fields).",
+        "Its ITL spreads each chunk's gap over the chunk's tokens, like ours. Aggregate",
+        "output tok/s divides by the whole window (TTFT and gaps between requests",
+        "included), so it is below the decode speed in both. bench_serving also differs",
+        "in its prompts (sampled from a synthetic ShareGPT file through a local word-level",
+        "tokenizer, so the simulator sees other prompt texts) and runs after ours on the",
+        "same server; its aggregate also counts the time between its requests.",
+        "",
+        f"Its environment: `pip install --no-deps sglang=={SGLANG_VERSION}` plus "
+        f"{', '.join(SGLANG_DEPS)} in bench-out/sgl-venv (torch because",
+        "`sglang.srt.utils` imports it: several GB); the random dataset's ShareGPT file and",
+        "the tokenizer are generated locally so nothing is downloaded from the model hub.",
+    ]
+    if "cmd" in b1:
+        lines += ["", "bench_serving command:", "", "```", b1["cmd"], "```"]
+    return lines
 
 
 def write_docs(section: str) -> None:

@@ -22,6 +22,7 @@ from forensics import bench
 from forensics.bench import BenchConfig, SSEParser, run_bench
 from forensics.cli import cli
 from forensics.errors import ForensicsError, ParseError, UsageError
+from forensics.runs import latest_bench
 from forensics.store import Store
 from tests.plugins.faultserver import (
     CHUNKS,
@@ -341,7 +342,7 @@ def test_cli_stores_and_attaches_to_the_run_on_that_port(faultserver, tmp_path):
     assert row["run_id"] == want
     assert row["completed"] == 4 and row["interrupted"] is False
     assert s.table("bench_requests").height == 4
-    latest = bench.latest_by_run(s)
+    latest = latest_bench(s)
     # the figures, then the benchmark's shape (its experiment: forensics.experiment)
     assert latest.columns[:4] == ["run_id", "bench_tok_s", "bench_accept_len", "bench_at"]
     assert latest["bench_streams"].to_list() == [1]
@@ -610,7 +611,7 @@ def test_h06_store_written_before_health_sampling_still_reads(faultserver, tmp_p
     assert df["completed"].to_list() == [2, 2]
     assert Store.open(store.root).table("bench_health").height == df["health_count"][1]
     # what `forensics runs` reads of it (the latest benchmark per run) still works
-    latest = bench.latest_by_run(Store.open(store.root))
+    latest = latest_bench(Store.open(store.root))
     assert latest["run_id"].to_list() == ["old-source:0"]
 
 
