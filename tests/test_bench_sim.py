@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from forensics.bench import BenchConfig, run_bench
+from forensics.sim.engine import MAX_LAG_S
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = [
@@ -111,9 +112,13 @@ def test_single_stream_is_never_faster_than_the_model(sim):
     assert rep.summary["completed"] == 4 and rep.summary["failed"] == 0
     for r in rep.results:
         assert r.output_tokens == 96  # ignore_eos by default, counted by the server
-        truth = r.meta["sim"]["decode_s"]  # what the simulator modelled for this request
-        measured = r.e2e_s - r.ttft_s
-        assert measured >= 0.95 * truth, (measured, truth)
+        # the request as the client timed it holds the server's own time for it (sent before
+        # the server saw it, read after it finished), and that holds the decode time the
+        # simulator modelled (its sleeps only overshoot; its schedule catches up at most
+        # MAX_LAG_S). e2e minus TTFT is not one-sided: a client starved of CPU reads its first
+        # token late and the rest in one burst (this failed under load).
+        truth = r.meta["sim"]["decode_s"] - MAX_LAG_S
+        assert r.e2e_s >= r.meta["e2e_latency"] >= truth, (r.e2e_s, r.meta["e2e_latency"], truth)
     # the median decode speed is the median of the per-request ones
     per_req = sorted(r.output_tokens / (r.e2e_s - r.ttft_s) for r in rep.results)
     assert min(per_req) <= rep.summary["decode_tok_s_median"] <= max(per_req) * 1.05
