@@ -231,8 +231,6 @@ ALLOW_LONG_FUNCTIONS: set[Violation] = {
     ("forensics/cli_remote.py", "register"),
     ("forensics/cli_remote.py", "register.launch_cmd"),
     ("forensics/localslurm.py", "local_slurm"),
-    ("forensics/sweep/plan.py", "load"),
-    ("forensics/sweep/runner.py", "run"),
     ("parsers/shell.py", "tokenize"),
 }
 ALLOW_DYNAMIC_IMPORTS: set[Violation] = set()

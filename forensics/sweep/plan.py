@@ -312,6 +312,31 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
     """Read and check a sweep file, then expand it into its plan (nothing is run)."""
     p = Path(path)
     shown = str(path)
+    raw, data = _read(p, shown)
+    s = _sections(shown, data)
+    units = _plan(s, int(s["run"]["repeats"]))
+    sweep_name = name or data.get("name") or p.stem
+    from forensics.recipe import valid_name
+
+    try:
+        valid_name(str(sweep_name))
+    except Exception as exc:  # noqa: BLE001 - re-raised as the sweep file's error
+        raise _fail(shown, f"name {sweep_name!r} is not a valid name", str(exc)) from None
+    return Sweep(
+        name=str(sweep_name),
+        path=str(p.resolve()),
+        digest=hashlib.sha1(raw).hexdigest()[:12],
+        base=s["base"],
+        bench=s["bench"],
+        run=s["run"],
+        sim=s["sim"],
+        slurm=s["slurm"],
+        units=units,
+    )
+
+
+def _read(p: Path, shown: str) -> tuple[bytes, dict[str, Any]]:
+    """The sweep file's bytes and its TOML."""
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
@@ -327,7 +352,10 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _fail(shown, f"not valid TOML ({exc})", "fix the file (see docs/sweep.md)") from None
     _check_keys(shown, "the sweep file", data, TOP_KEYS)
-    base = dict(_check_keys(shown, "base", data.get("base", {}), BASE_KEYS))
+    return raw, data
+
+
+def _server(shown: str, base: dict[str, Any]) -> list[str]:
     server = base.get("server")
     if not isinstance(server, list) or not server or not all(isinstance(a, str) for a in server):
         raise _fail(
@@ -341,9 +369,10 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
             "[base] server sets --port",
             "leave --port out: each config gets a free port (configs may run in parallel)",
         )
-    grid = _check_keys(shown, "grid", data.get("grid", {}), set(data.get("grid", {})))
-    zipped = _check_keys(shown, "zip", data.get("zip", {}), set(data.get("zip", {})))
-    bench = dict(_check_keys(shown, "bench", data.get("bench", {}), BENCH_KEYS))
+    return server
+
+
+def _run_table(shown: str, data: dict[str, Any]) -> dict[str, Any]:
     run = dict(_check_keys(shown, "run", data.get("run", {}), RUN_KEYS))
     run.setdefault("repeats", 1)
     run.setdefault("prune", True)
@@ -356,6 +385,18 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
         isinstance(run["budget_s"], int | float) and run["budget_s"] > 0
     ):
         raise _fail(shown, "[run] budget_s must be a positive number of seconds", "budget_s = 3600")
+    return run
+
+
+def _sections(shown: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Every table of the file, checked: base, server, bench, run, sim, slurm, the configs
+    (grid, zip, then [[configs]]) and the baseline (a table, or False)."""
+    base = dict(_check_keys(shown, "base", data.get("base", {}), BASE_KEYS))
+    server = _server(shown, base)
+    grid = _check_keys(shown, "grid", data.get("grid", {}), set(data.get("grid", {})))
+    zipped = _check_keys(shown, "zip", data.get("zip", {}), set(data.get("zip", {})))
+    bench = dict(_check_keys(shown, "bench", data.get("bench", {}), BENCH_KEYS))
+    run = _run_table(shown, data)
     sim = data.get("sim")
     if sim is not None:
         sim = dict(_check_keys(shown, "sim", sim, SIM_KEYS))
@@ -371,21 +412,34 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
         raise _fail(shown, "baseline must be a table or false", "[baseline] or baseline = false")
     if not combos and baseline is False:
         raise _fail(shown, "no configs: [grid], [zip] and [[configs]] are empty", "add a [grid]")
+    return {
+        "base": base,
+        "server": server,
+        "bench": bench,
+        "run": run,
+        "sim": sim,
+        "slurm": slurm,
+        "combos": combos,
+        "baseline": baseline,
+    }
 
+
+def _plan(s: dict[str, Any], repeats: int) -> list[Unit]:
+    """The units of the checked sections: the baseline first, then every config (and its
+    repeats); a config SGLang refuses, or runs exactly as an earlier one, is one skipped unit."""
+    server = s["server"]
+    todo: list[tuple[dict[str, Any], bool]] = []
+    if s["baseline"] is not False:
+        todo.append((dict(s["baseline"]), True))
+    todo += [(c, False) for c in s["combos"]]
     base_vals = _base_values(server)
-    units: list[Unit] = []
     taken: dict[str, str] = {}
     seen: dict[str, str] = {}  # the config SGLang runs -> the config_id that runs it
-    repeats = int(run["repeats"])
-    todo: list[tuple[dict[str, Any], bool]] = []
-    if baseline is not False:
-        todo.append((dict(baseline), True))
-    todo += [(c, False) for c in combos]
+    units: list[Unit] = []
     for varying, is_base in todo:
         if is_base:
             argv0 = _drop_flags(server, set(), prefix=SPEC_PREFIX)
-            vals = {k: v for k, v in _base_values(argv0).items()}
-            full = {**vals, **varying}
+            full = {**_base_values(argv0), **varying}
         else:
             argv0 = server
             full = {**base_vals, **varying}
@@ -402,46 +456,26 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
             {k: v for k, v in resolved.items() if v is not None}, sort_keys=True, default=str
         )
         if skip is None and ident in seen:
-            skip = (
-                "duplicate",
-                f"SGLang runs it exactly as {seen[ident]} (after its adjustments)",
-            )
+            skip = ("duplicate", f"SGLang runs it exactly as {seen[ident]} (after its adjustments)")
         if skip is None:
             seen.setdefault(ident, cid)
-        inject = _inject_for(sim, resolved)
-        for rep in range(1, (1 if skip else repeats) + 1):
-            units.append(
-                Unit(
-                    key=f"{cid}#{rep}",
-                    config_id=cid,
-                    repeat=rep,
-                    config=shown_cfg if not is_base else {"baseline": True, **shown_cfg},
-                    argv=argv,
-                    baseline=is_base,
-                    skip=skip[0] if skip else None,
-                    skip_reason=skip[1] if skip else None,
-                    notes=list(notes),
-                    inject=inject,
-                )
+        inject = _inject_for(s["sim"], resolved)
+        units += [
+            Unit(
+                key=f"{cid}#{rep}",
+                config_id=cid,
+                repeat=rep,
+                config=shown_cfg if not is_base else {"baseline": True, **shown_cfg},
+                argv=argv,
+                baseline=is_base,
+                skip=skip[0] if skip else None,
+                skip_reason=skip[1] if skip else None,
+                notes=list(notes),
+                inject=inject,
             )
-    sweep_name = name or data.get("name") or p.stem
-    from forensics.recipe import valid_name
-
-    try:
-        valid_name(str(sweep_name))
-    except Exception as exc:  # noqa: BLE001 - re-raised as the sweep file's error
-        raise _fail(shown, f"name {sweep_name!r} is not a valid name", str(exc)) from None
-    return Sweep(
-        name=str(sweep_name),
-        path=str(p.resolve()),
-        digest=hashlib.sha1(raw).hexdigest()[:12],
-        base=base,
-        bench=bench,
-        run=run,
-        sim=sim,
-        slurm=slurm,
-        units=units,
-    )
+            for rep in range(1, (1 if skip else repeats) + 1)
+        ]
+    return units
 
 
 def lint_units(sweep: Sweep, recipe_for) -> None:  # noqa: ANN001 - (Unit) -> Recipe

@@ -220,6 +220,27 @@ def run(
     for key, s in state.items():
         if s["status"] == "finished":
             ctl.results[key] = s["result"]
+    try:
+        ex.run(_pending(sweep, state, ctl, ex, emit), ctl)
+    except KeyboardInterrupt:
+        try:  # the same Ctrl-C may raise twice (forensics/errors.py): absorb the second here
+            time.sleep(0)
+        except KeyboardInterrupt:
+            pass
+        with contextlib.suppress(Exception):
+            getattr(ex, "cancel", lambda: None)()
+        with contextlib.suppress(Exception):
+            journal.write("stop", reason="interrupted")
+        raise
+    journal.write("stop", reason="done")
+    return report.summary(store, sweep.name, sweep=sweep)
+
+
+def _pending(
+    sweep: Sweep, state: dict[str, Any], ctl: Controller, ex: Any, emit: Progress
+) -> list[Unit]:
+    """The units still to run, the baseline first. Skipped units are finished here; a unit
+    the journal left started (or submitted) is recovered by the executor when it can be."""
     pending: list[Unit] = []
     for u in sweep.units:
         s = state.get(u.key, {"status": None})
@@ -242,17 +263,4 @@ def run(
                 continue
         pending.append(u)
     pending.sort(key=lambda u: not u.baseline)  # the baseline first
-    try:
-        ex.run(pending, ctl)
-    except KeyboardInterrupt:
-        try:  # the same Ctrl-C may raise twice (forensics/errors.py): absorb the second here
-            time.sleep(0)
-        except KeyboardInterrupt:
-            pass
-        with contextlib.suppress(Exception):
-            getattr(ex, "cancel", lambda: None)()
-        with contextlib.suppress(Exception):
-            journal.write("stop", reason="interrupted")
-        raise
-    journal.write("stop", reason="done")
-    return report.summary(store, sweep.name, sweep=sweep)
+    return pending
