@@ -61,10 +61,76 @@ def _layout() -> pl.Expr:
     return part("tp_size", "tp", always=True) + part("dp_size", "dp") + part("ep_size", "ep")
 
 
-def _hardware() -> pl.Expr:
+# Where a log names its GPU model. SGLang prints it only inside the name of the kernel-config
+# file it looks up for fused MoE and FP8/INT8 block kernels (``E=384,N=256,device_name=
+# NVIDIA_H200,dtype=fp8_w8a8.json`` in "Using default MoE kernel config ..." / "Using MoE kernel
+# config from ..." / "Using configuration from ... for W8A8 Block FP8 kernel."): the name is
+# ``torch.cuda.get_device_name()`` with spaces as underscores. (pattern, literal prefilter).
+# A new source of the GPU name is a new row.
+GPU_PATTERNS: list[tuple[str, str]] = [
+    (r"\bN=\d+,(?:K=\d+,)?device_name=([A-Za-z0-9][\w\-]*)(?:,|\.json)", "device_name="),
+]
+# Vendor prefixes dropped from a GPU name (NVIDIA_H200 -> H200); the rest is kept as printed.
+GPU_VENDOR_PREFIXES = ("NVIDIA_",)
+
+
+def gpu_name(raw: str | None) -> str | None:
+    """``NVIDIA_H100_80GB_HBM3`` -> ``H100 80GB HBM3``; ``AMD_Instinct_MI300X`` kept whole."""
+    if not raw:
+        return None
+    for prefix in GPU_VENDOR_PREFIXES:
+        if raw.startswith(prefix) and len(raw) > len(prefix):
+            raw = raw[len(prefix) :]
+    return raw.replace("_", " ")
+
+
+def gpu_models(lines: pl.DataFrame) -> pl.DataFrame:
+    """(source_id, run_index, gpu_model) of every run whose stored lines name its GPU
+    (``GPU_PATTERNS``; the first line that does)."""
     import polars as pl
 
-    return pl.coalesce(pl.col("gpu_model"), pl.col("host"), pl.lit("host ?")).cast(pl.String)
+    schema = {"source_id": pl.String, "run_index": pl.Int32, "gpu_model": pl.String}
+    if lines.is_empty() or "text" not in lines.columns:
+        return pl.DataFrame(schema=schema)
+    found = []
+    for pattern, literal in GPU_PATTERNS:
+        hit = lines.filter(pl.col("text").str.contains(literal, literal=True))
+        if hit.is_empty():
+            continue
+        found.append(
+            hit.select(
+                "source_id",
+                pl.col("run_index").cast(pl.Int32),
+                "line",
+                pl.col("text").str.extract(pattern, 1).alias("gpu_model"),
+            ).drop_nulls("gpu_model")
+        )
+    if not found:
+        return pl.DataFrame(schema=schema)
+    return (
+        pl.concat(found)
+        .sort("line")
+        .group_by(["source_id", "run_index"])
+        .agg(pl.col("gpu_model").first())
+        .with_columns(pl.col("gpu_model").map_elements(gpu_name, return_dtype=pl.String))
+    )
+
+
+def _hardware() -> pl.Expr:
+    """``H200@gpu-host`` when the run's log (or, failing that, every other run of its host
+    that names one) names a single GPU model; else the host. The GPU count is the layout's."""
+    import polars as pl
+
+    host = pl.col("host").cast(pl.String).fill_null("host ?")
+    gpu = pl.col("gpu_model").cast(pl.String)
+    # a run that died before the kernel lookup (its log names no GPU) runs on its host's GPUs
+    per_host = (
+        pl.when(gpu.drop_nulls().n_unique().over(host) == 1)
+        .then(gpu.drop_nulls().first().over(host))
+        .otherwise(None)
+    )
+    gpu = pl.coalesce(gpu, per_host)
+    return pl.when(gpu.is_not_null()).then(gpu + pl.lit("@") + host).otherwise(host)
 
 
 def _shape() -> pl.Expr:
@@ -96,7 +162,12 @@ class KeyField:
 KEY_FIELDS: list[KeyField] = [
     KeyField("model", "target model (last component of model_path)", _model, True),
     KeyField("layout", "tp_size, dp_size and ep_size (dp/ep shown when > 1)", _layout, True),
-    KeyField("hardware", "GPU model when known, else the host the log came from", _hardware, True),
+    KeyField(
+        "hardware",
+        "GPU model@host when the log names the GPU (H200@gpu-host), else the host",
+        _hardware,
+        True,
+    ),
     KeyField(
         "shape",
         "requests in flight (c=N, or rate R/s) and the benchmark's input/output lengths",

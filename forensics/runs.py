@@ -347,6 +347,7 @@ INTERNAL_COLUMNS = (
     "bench_rate",
     "bench_in_len",
     "bench_out_len",
+    "gpu_model",
 )
 
 
@@ -372,6 +373,7 @@ def runs_table(
         _decode_stats(store), on=key, how="left"
     )
     df = df.join(_first_error(store), on=key, how="left")
+    df = df.join(experiment.gpu_models(store.table("lines")), on=key, how="left")
     df = df.join(latest_bench(store), on="run_id", how="left")
     has_decode = pl.col("decode_lines").fill_null(0) > 0
     args = pl.col("server_args") if "server_args" in df.columns else pl.lit(None, pl.String)

@@ -238,3 +238,82 @@ def test_diagnose_compares_with_a_run_of_the_same_experiment(mixed):
     cmp = rep["comparison"]
     assert cmp["closest"]["name"] in {"kimi8_plain", "kimi8_cg_5dt"}
     assert cmp["warning"] is None
+
+
+# -- hardware: the GPU model where the log names it (issue 13, experiments) -----------------
+def test_gpu_names_from_sglang_kernel_config_files():
+    from forensics.experiment import gpu_models, gpu_name
+
+    assert gpu_name("NVIDIA_H200") == "H200"
+    assert gpu_name("NVIDIA_H100_80GB_HBM3") == "H100 80GB HBM3"
+    assert gpu_name("AMD_Instinct_MI300X") == "AMD Instinct MI300X"
+    assert gpu_name("NVIDIA_") == "NVIDIA "  # nothing after the vendor: kept as printed
+    moe = (
+        "Using MoE kernel config from /sgl/configs/triton_3_4_0/E=384,N=256,"
+        "device_name=NVIDIA_H200,dtype=fp8_w8a8.json."
+    )
+    fp8 = (
+        "Using configuration from /sgl/quantization/configs/N=7168,K=2048,device_name="
+        "NVIDIA_B200,dtype=fp8_w8a8,block_shape=[128, 128].json for W8A8 Block FP8 kernel."
+    )
+    lines = pl.DataFrame(
+        {
+            "source_id": ["a", "a", "b", "c"],
+            "run_index": [0, 0, 0, 0],
+            "line": [9, 4, 2, 3],
+            "text": [
+                moe,
+                moe.replace("H200", "H100_80GB_HBM3"),
+                fp8,
+                "mooncake device_name=mlx5_0",
+            ],
+        }
+    )
+    got = gpu_models(lines).sort("source_id").to_dicts()
+    # the first line that names it; a device_name= outside a kernel-config name is not a GPU
+    assert got == [
+        {"source_id": "a", "run_index": 0, "gpu_model": "H100 80GB HBM3"},
+        {"source_id": "b", "run_index": 0, "gpu_model": "B200"},
+    ]
+
+
+H200_K8 = "Kimi-K2.5 · tp8 · H200@local · c=1"
+
+
+def test_the_gpu_model_is_part_of_the_hardware_key(tmp_path):
+    """The log names the GPU (kernel-config file name): `H200@local`; a launch that died
+    before the first MoE forward names none and still belongs with its host's runs."""
+    h200 = {"model": KIMI, "gpu": "NVIDIA_H200"}
+    store = story_store(
+        tmp_path,
+        runs=[
+            ("k_plain", {"spec": False, "tok": 90.0, **h200}),
+            ("k_cg_5dt", {**SPEC, "accept": 2.38, "tok": 82.3, **h200}),
+            ("k_load_oom", {**SPEC, "fail": "load", "model": KIMI}),
+        ],
+    )
+    res = CliRunner().invoke(cli, ["--store", str(store.root), "runs", "--json"])
+    assert res.exit_code == 0, res.output
+    exp = {r["name"]: r["experiment"] for r in json.loads(res.output)}
+    assert exp == {"k_plain": H200_K8, "k_cg_5dt": H200_K8, "k_load_oom": H200_K8}
+    data = advise(store)
+    assert [s["experiment"] for s in data["experiments"]] == [H200_K8]
+    assert data["experiments"][0]["baseline"]["name"] == "k_plain"
+
+
+def test_two_gpu_models_on_one_host_are_two_experiments(tmp_path):
+    store = story_store(
+        tmp_path,
+        runs=[
+            ("h200_plain", {"spec": False, "tok": 90.0, "gpu": "NVIDIA_H200"}),
+            ("h100_plain", {"spec": False, "tok": 70.0, "gpu": "NVIDIA_H100_80GB_HBM3"}),
+            ("unknown_oom", {"spec": False, "fail": "load"}),
+        ],
+    )
+    exp = {r["name"]: r["experiment"] for r in run_points(store).iter_rows(named=True)}
+    assert exp == {
+        "h200_plain": H200_K8,
+        "h100_plain": "Kimi-K2.5 · tp8 · H100 80GB HBM3@local · c=1",
+        # which of the two it ran on, nothing says: the host alone (its own experiment)
+        "unknown_oom": "Kimi-K2.5 · tp8 · local · unmeasured",
+    }

@@ -37,6 +37,7 @@ def log_text(
     jitter: float = 0.5,
     model: str = "/models/Kimi-K2.5",
     tp: int = 8,
+    gpu: str | None = None,
 ) -> str:
     def ts(sec: float) -> str:
         return (start + dt.timedelta(seconds=sec)).strftime("%Y-%m-%d %H:%M:%S")
@@ -71,6 +72,16 @@ def log_text(
             f"[{ts(123)} TP0] Capture cuda graph begin. This can take up to several minutes. "
             "avail mem=28.00 GB"
         )
+    if gpu:  # the first MoE forward looks up its kernel config, named after the GPU
+        lines.append(
+            f"[{ts(124)} TP0] Using default MoE kernel config. Performance might be "
+            "sub-optimal! Config file not found at /usr/local/lib/python3.12/dist-packages/"
+            "sglang/srt/layers/moe/fused_moe_triton/configs/triton_3_4_0/E=384,N=256,"
+            f"device_name={gpu},dtype=fp8_w8a8,block_shape=[128, 128].json, you can create "
+            "them with https://github.com/sgl-project/sglang/tree/main/benchmark/kernels/"
+            "fused_moe_triton"
+        )
+    if cg:
         if fail == "capture":
             lines += [
                 f"[{ts(140)} TP0] Scheduler hit an exception: Traceback (most recent call last):",
