@@ -35,7 +35,7 @@ section.experiment { border-top: 3px solid #e3e3e3; margin-top: 1.4em; }
 table.runs { border-collapse: collapse; font-size: 0.85em; width: 100%; }
 table.runs th, table.runs td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
        vertical-align: top; overflow-wrap: anywhere; max-width: 28em; }
-table.runs th { background: #f0f0f0; overflow-wrap: normal; }
+table.runs th { background: #f0f0f0; overflow-wrap: normal; position: sticky; top: 0; }
 table.runs td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdf2f1; }
 .diag { border: 1px solid #e5b7b3; border-radius: 4px; padding: 8px 12px; margin: 10px 0; }
@@ -187,8 +187,10 @@ def _img(fig_fn, caption: str, alt: str) -> str:
 
 # Past these, a section summarises instead of listing (readable at 5,000 runs).
 MAX_TABLE_ROWS = 200  # runs listed per experiment (the configurations table covers all)
-MAX_DIAGNOSES = 8  # failed runs diagnosed in full per experiment (the rest: a count table)
+MAX_DIAGNOSES = 8  # kinds of failure diagnosed in full per experiment (the rest: a count table)
 MAX_PLOTTED_EXPERIMENTS = 6  # experiments drawn with plots (biggest first)
+# What the summaries (configurations, failure counts) read of every run: run_points columns.
+SUMMARY_COLUMNS = ("label", "tok_s", "accept_len", "failed", "died_in", "signature")
 
 
 def counts(points) -> dict[str, int]:
@@ -313,6 +315,8 @@ def _contents(pts, sections: list[dict[str, Any]]) -> list[str]:
 
 def _startup_and_decode(store: Store, pts, match: str | None, group_by: Any) -> list[str]:
     """The startup timeline of every run, and the decode plot of the best speculative run."""
+    import polars as pl
+
     from forensics import plots
 
     parts = ['<h2 id="startup">Startup</h2>']
@@ -323,13 +327,13 @@ def _startup_and_decode(store: Store, pts, match: str | None, group_by: Any) -> 
             "startup timeline",
         )
     )
-    decoded = [r for r in pts.to_dicts() if r["spec"] and r["tok_s"] is not None and r["decode_n"]]
-    if decoded:
-        best = max(decoded, key=lambda r: r["tok_s"])
+    decoded = pts.filter(pl.col("spec") & pl.col("tok_s").is_not_null() & (pl.col("decode_n") > 0))
+    if not decoded.is_empty():
+        best = decoded.sort("tok_s", descending=True, maintain_order=True).row(0, named=True)
         parts.append('<h2 id="decode">Decode of the best speculative run</h2>')
         parts.append(
             _img(
-                lambda: plots.plot_decode(store, best["run_id"]),
+                lambda: plots.plot_decode(store, best["run_id"], row=best),
                 f"{best['name']}: gen throughput, accept length and batch size over time",
                 "decode over time",
             )
@@ -353,7 +357,6 @@ def _experiment_section(
     from forensics import plots
 
     exp = sec["experiment"]
-    rows = pts.to_dicts()
     parts: list[str] = [f'<section class="experiment" id="{prefix}experiment">']
     parts.append(f"<h2>{'Experiment: ' if single else ''}{esc(exp)}</h2>")
     base = sec["baseline"]
@@ -406,11 +409,15 @@ def _experiment_section(
             f"{MAX_PLOTTED_EXPERIMENTS} biggest experiments; for this one: forensics plot "
             f"trend --experiment '{esc(exp)}'</p>"
         )
-    parts.append(_configs_table(rows, prefix))
-    parts.append(_runs_table(rows, prefix))
-    parts.append(_failed_section(store, rows, prefix, points[1]))
+    parts.append(_configs_table(_summary_rows(pts), prefix))
+    parts.append(_runs_table(pts, prefix))
+    parts.append(_failed_section(store, pts, prefix, points[1]))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _summary_rows(pts) -> list[dict[str, Any]]:
+    return pts.select([c for c in SUMMARY_COLUMNS if c in pts.columns]).to_dicts()
 
 
 def _configs_table(rows: list[dict[str, Any]], prefix: str) -> str:
@@ -445,12 +452,12 @@ def _configs_table(rows: list[dict[str, Any]], prefix: str) -> str:
     return "".join(out)
 
 
-def _runs_table(rows: list[dict[str, Any]], prefix: str) -> str:
-    shown = rows[-MAX_TABLE_ROWS:]
+def _runs_table(pts, prefix: str) -> str:
+    shown = pts.tail(MAX_TABLE_ROWS).to_dicts()
     out = [f'<h3 id="{prefix}runs">Runs</h3>']
-    if len(rows) > len(shown):
+    if pts.height > len(shown):
         out.append(
-            f'<p class="note">The latest {len(shown)} of {len(rows)} runs (all of them: '
+            f'<p class="note">The latest {len(shown)} of {pts.height} runs (all of them: '
             "forensics runs --json).</p>"
         )
     out.append('<div class="scroll"><table class="runs"><thead><tr>')
@@ -468,20 +475,32 @@ def _runs_table(rows: list[dict[str, Any]], prefix: str) -> str:
     return "".join(out)
 
 
-def _failed_section(store: Store, rows: list[dict[str, Any]], prefix: str, table) -> str:
-    failed = [r for r in rows if r["failed"]]
+def _failure_kind(r: dict[str, Any]) -> str:
+    return f"{r['died_in']}" + (f" ({r['signature']})" if r.get("signature") else "")
+
+
+def _failed_section(store: Store, pts, prefix: str, table) -> str:
+    import polars as pl
+
+    failed_runs = pts.filter(pl.col("failed"))
     out = [f'<h3 id="{prefix}failed">Failed runs</h3>']
-    if not failed:
+    if failed_runs.is_empty():
         out.append('<p class="note">No run failed.</p>')
         return "".join(out)
-    full = failed[-MAX_DIAGNOSES:]
+    failed = _summary_rows(failed_runs)
+    # one diagnosis per kind of failure (its latest run), not the same one eight times
+    by: dict[str, int] = {}
+    latest: dict[str, int] = {}
+    for i, r in enumerate(failed):
+        key = _failure_kind(r)
+        by[key] = by.get(key, 0) + 1
+        latest[key] = i
+    full = [failed_runs.row(i, named=True) for i in sorted(latest.values())[-MAX_DIAGNOSES:]]
     if len(failed) > len(full):
-        by: dict[str, int] = {}
-        for r in failed:
-            key = f"{r['died_in']}" + (f" ({r['signature']})" if r.get("signature") else "")
-            by[key] = by.get(key, 0) + 1
+        shown = "each kind" if len(full) == len(by) else f"the {len(full)} latest kinds"
         out.append(
-            f'<p class="note">{len(failed)} failed runs; the latest {len(full)} diagnosed '
+            f'<p class="note">{len(failed)} failed runs, {len(by)} kind'
+            f"{'s' if len(by) != 1 else ''} of failure; the latest run of {shown} is diagnosed "
             "below (any other: forensics diagnose RUN).</p>"
         )
         out.append('<div class="scroll"><table class="runs"><thead><tr><th>died in</th>')

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
@@ -32,8 +31,20 @@ def _cfg(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in CONFIG_KEYS if k in row}
 
 
-def _similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
-    return sum(w for k, w in SIMILARITY.items() if a.get(k) is not None and a.get(k) == b.get(k))
+def _closest(ok: pl.DataFrame, mine: dict[str, Any]) -> dict[str, Any]:
+    """The run of ``ok`` most similar to ``mine`` (SIMILARITY weights of the values they
+    share), the earliest started among equals, computed as one polars sort."""
+    shared = [
+        pl.when(pl.col(k) == v).then(pl.lit(w)).otherwise(pl.lit(0.0))
+        for k, w in SIMILARITY.items()
+        if k in ok.columns and (v := mine.get(k)) is not None
+    ]
+    score = pl.sum_horizontal(shared) if shared else pl.lit(0.0)
+    by = ["_similarity", *(["started_at"] if "started_at" in ok.columns else [])]
+    ranked = ok.with_columns(score.alias("_similarity")).sort(
+        by, descending=[True, False][: len(by)], nulls_last=True, maintain_order=True
+    )
+    return {k: v for k, v in ranked.row(0, named=True).items() if k != "_similarity"}
 
 
 def _worked(df: pl.DataFrame) -> pl.DataFrame:
@@ -62,20 +73,20 @@ def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
     if ok.is_empty():
         return {"closest": None, "differences": [], "text": "no successful run to compare with"}
     mine = _cfg(run)
-    rows = ok.to_dicts()
-    rows.sort(key=lambda r: (-_similarity(mine, _cfg(r)), str(r.get("started_at"))))
-    best = rows[0]
+    best = _closest(ok, mine)
     diffs = [
         {"key": k, "this": mine.get(k), "worked": best.get(k)}
         for k in CONFIG_KEYS
         if mine.get(k) != best.get(k) and not (mine.get(k) is None and best.get(k) is None)
     ]
     # values every successful run shares but this one does not
-    common = []
-    for k in CONFIG_KEYS:
-        vals = {json.dumps(r.get(k), default=str) for r in rows}
-        if len(vals) == 1 and mine.get(k) is not None and rows[0].get(k) != mine.get(k):
-            common.append({"key": k, "this": mine.get(k), "all_worked": rows[0].get(k)})
+    common = [
+        {"key": k, "this": mine.get(k), "all_worked": best.get(k)}
+        for k in CONFIG_KEYS
+        if mine.get(k) is not None
+        and best.get(k) != mine.get(k)
+        and (k not in ok.columns or ok[k].n_unique() == 1)
+    ]
     ready = best.get("ready_s")
     what = ", ".join(f"{d['key']}={d['worked']}" for d in diffs[:3]) or "the same config"
     text = f"{best['name']} ({what})"

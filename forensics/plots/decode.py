@@ -14,8 +14,11 @@ if TYPE_CHECKING:
     from forensics.store import Store
 
 
-def plot_decode(store: Store, run: str, *, out: str | Path | None = None) -> Figure:
-    """Gen throughput, accept length and batch size over time for one run."""
+def plot_decode(
+    store: Store, run: str, *, out: str | Path | None = None, row: dict | None = None
+) -> Figure:
+    """Gen throughput, accept length and batch size over time for one run (``row``: its
+    runs-table row when the caller has it, else RUN is looked up by the one name rule)."""
     import polars as pl
 
     from forensics.advise import short_config
@@ -23,7 +26,7 @@ def plot_decode(store: Store, run: str, *, out: str | Path | None = None) -> Fig
 
     if not run:
         raise UsageError("plot decode needs a run", hint="forensics plot decode RUN")
-    row = find_run(store, run, classify=False)
+    row = row if row is not None else find_run(store, run, classify=False)
     dec = store.table("decode")
     if not dec.is_empty():
         dec = dec.filter(

@@ -42,9 +42,8 @@ def plot_startup(
     from forensics.runs import stage_timeline
 
     pts = _points(store, match, group_by=group_by) if points is None else points
-    rows = pts.to_dicts()
-    total = len(rows)
-    rows = rows[-STARTUP_RUNS:]  # the latest ones: a timeline per run stays readable
+    total = pts.height
+    rows = pts.tail(STARTUP_RUNS).to_dicts()  # the latest ones: a timeline per run stays readable
     n = len(rows)
     fig = new_figure(12.0, max(3.6, 0.42 * n + 2.6))
     ax = fig.add_subplot()

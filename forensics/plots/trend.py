@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 TREND_LABELLED_RUNS = 40  # per-run tick labels and "died: ..." notes up to this many runs
 TREND_VALUE_LABELS = 20  # the tok/s figure above each point up to this many runs
 TREND_ROTATED_TICKS = 12  # up to this many runs the tick labels are slanted, then vertical
-TREND_MAX_WIDTH = 18.0  # inches; the x axis compresses beyond ~35 runs
+TREND_CROWDED_MARKERS = 0.45  # marker size factor past TREND_LABELLED_RUNS (crosses stay apart)
+TREND_MAX_WIDTH = 13.5  # inches (the accept plot's width); the x axis compresses beyond ~25 runs
 
 # The series drawn per run: (row key, legend label, gid, matplotlib style). Rules as data.
 TREND_SERIES = (
@@ -26,7 +27,7 @@ TREND_SERIES = (
         "tok_s_server",
         "server: median gen throughput (Decode batch lines)",
         "server",
-        {"marker": "o", "linestyle": ":", "color": COLORS["server"]},
+        {"marker": "o", "markersize": 6, "linestyle": ":", "color": COLORS["server"]},
     ),
     (
         "tok_s_bench",
@@ -65,7 +66,8 @@ def plot_trend(
     ax.set_ylim(0, top)
     # run numbers are the launch order of every run: an experiment's need not start at 1
     ax.set_xlim(min(xs, default=1) - 0.6, max(xs, default=1) + 0.6)
-    _draw_series(ax, rows)
+    scale = 1.0 if n <= TREND_LABELLED_RUNS else TREND_CROWDED_MARKERS
+    _draw_series(ax, rows, scale)
     if base is not None:
         ax.axhline(
             base.tok_s,
@@ -80,7 +82,7 @@ def plot_trend(
         _no_baseline_note(ax, sc.note, width=60)
     if n <= TREND_VALUE_LABELS:
         _label_values(ax, rows)
-    _draw_failed(ax, rows, top * 0.035, labelled=n <= TREND_LABELLED_RUNS)
+    _draw_failed(ax, rows, top * 0.035, labelled=n <= TREND_LABELLED_RUNS, scale=scale)
     _run_axis(ax, rows)
     ax.set_ylabel("decode throughput (tok/s, single stream)")
     ax.set_title(_trend_title(rows, base), fontsize=11)
@@ -91,11 +93,12 @@ def plot_trend(
     return _finish(fig, out)
 
 
-def _draw_series(ax: Any, rows: list[dict]) -> None:
+def _draw_series(ax: Any, rows: list[dict], scale: float) -> None:
     """The server's and the benchmark's figure per run, and a ring on batched runs."""
     for key, label, gid, style in TREND_SERIES:
         xy = [(r["order"], r[key]) for r in rows if r[key] is not None]
         if xy:
+            style = {**style, "markersize": style["markersize"] * scale}
             ax.plot(*zip(*xy), label=label, gid=gid, **style)
     batched = [
         (r["order"], r["tok_s"]) for r in rows if r.get("batched") and r["tok_s"] is not None
@@ -105,7 +108,7 @@ def _draw_series(ax: Any, rows: list[dict]) -> None:
         ax.plot(
             *zip(*batched),
             marker="o",
-            markersize=13,
+            markersize=13 * scale,
             markerfacecolor="none",
             markeredgecolor="#555555",
             linestyle="none",
@@ -129,7 +132,9 @@ def _label_values(ax: Any, rows: list[dict]) -> None:
             )
 
 
-def _draw_failed(ax: Any, rows: list[dict], y: float, *, labelled: bool) -> None:
+def _draw_failed(
+    ax: Any, rows: list[dict], y: float, *, labelled: bool, scale: float = 1.0
+) -> None:
     """Failed launches as crosses at the bottom, each with the phase it died in."""
     failed = [r for r in rows if r["failed"]]
     if not failed:
@@ -138,10 +143,11 @@ def _draw_failed(ax: Any, rows: list[dict], y: float, *, labelled: bool) -> None
         [r["order"] for r in failed],
         [y] * len(failed),
         marker="X",
-        markersize=10,
+        markersize=10 * scale,
         linestyle="none",
         color=COLORS["failed"],
-        label="failed launch (phase it died in)",
+        label=f"failed launch ({len(failed)}; "
+        + ("the phase it died in above each)" if labelled else "each one's phase: forensics runs)"),
         gid="failed",
     )
     for r in failed if labelled else []:
