@@ -41,7 +41,9 @@ from typing import Any
 from forensics.errors import NotALog, StreamDamaged
 
 READ_CHUNK = 4 << 20  # bytes of UTF-8 per chunk yielded (ingest's parse unit)
-RAW_CHUNK = 1 << 20  # bytes asked of the host per read when a decompressor consumes them
+# a remote file this big or more is streamed (LogSource.raw); a smaller one costs less over
+# SFTP than starting a remote command
+STREAM_MIN = 256 << 10
 DECOMP_READ = 256 << 10  # bytes of text asked of a decompressor per call
 HEAD_BYTES = 4096  # the sample that decides the format, the encoding and "binary"
 
@@ -274,7 +276,7 @@ class LogSource:
     encoding: str  # of the (decompressed) text
     bom: int  # its BOM's length (dropped)
     notes: list[str] = field(default_factory=list)
-    _ahead: tuple[int, tuple[Wire, bytes, Iterator[bytes]]] | None = field(default=None, repr=False)
+    hasher: Any = None  # fed every byte read (``feed(offset, chunk)``): ingest's content hash
 
     @property
     def transformed(self) -> bool:
@@ -308,10 +310,10 @@ class LogSource:
         if self.encoding != "utf-8":
             width = 4 if "32" in self.encoding else 2  # start on a code unit
             start = self.bom + max(0, start - self.bom) // width * width
-            yield from self._recoded(self._raw(start), torn)
+            yield from self._recoded(self.raw(start), torn)
             return
         first = True
-        for chunk in self._raw(start):
+        for chunk in self.raw(start):
             if first:
                 if torn:
                     chunk = chunk.split(b"\n", 1)[1] if b"\n" in chunk else b""
@@ -321,67 +323,67 @@ class LogSource:
             if chunk:
                 yield chunk
 
-    # -- remote: one stream, read ahead, compressed on the wire -----------------------------
-    def _raw(self, start: int) -> Iterator[bytes]:
-        """The file's bytes from ``start``: streamed from a host that can (``SSHHost``),
-        else the host's reads."""
-        if getattr(self.host, "stream", None) is None or start >= self.stat.size:
-            return self.host.iter_chunks(self.path, start, READ_CHUNK)
-        return self._streamed(start)
+    # -- the file's bytes: one reader, whatever the transport ---------------------------------
+    def raw(self, start: int = 0, limit: int | None = None) -> Iterator[bytes]:
+        """The file's bytes [start, start + limit), at most to its size when opened: streamed
+        from a host that can (``SSHHost.stream``, for files of STREAM_MIN bytes or more), else
+        the host's reads. Every byte passes ``hasher`` here, whatever the transport (the one
+        place the content hash is fed). Fewer bytes than that (the file shrank) raise
+        ReadIncomplete after the ones read."""
+        from forensics.hosts import ReadIncomplete
 
-    def prefetch(self, start: int = 0) -> None:
-        """Start the transfer of a remote log from ``start`` now (``chunks`` with that
-        offset takes it over): ingest opens the next hosts' logs while it parses one."""
-        if getattr(self.host, "stream", None) is None or start >= self.stat.size:
-            return
-        self._drop_ahead()
-        self._ahead = (start, self._open_wire(start))
+        end = self.stat.size if limit is None else min(self.stat.size, start + limit)
+        pos = start
+        for chunk in self._transfer(start, end):
+            if self.hasher is not None:
+                self.hasher.feed(pos, chunk)
+            pos += len(chunk)
+            yield chunk
+        if pos < end:
+            raise ReadIncomplete(
+                f"{self.where}: file shrank or vanished while reading ({pos - start} of "
+                f"{end - start} bytes read)",
+                path=self.path,
+                bytes_read=pos - start,
+            )
 
-    def close(self) -> None:
-        """Stop a transfer started by ``prefetch`` that nobody took over."""
-        self._drop_ahead()
+    def _transfer(self, start: int, end: int) -> Iterator[bytes]:
+        if getattr(self.host, "stream", None) is None or end - start < STREAM_MIN:
+            return self.host.iter_chunks(self.path, start, READ_CHUNK, limit=end - start)
+        # a compressed log gains nothing from compression on the wire: it travels as is
+        return self._streamed(start, end, WIRE if self.format is None else WIRE[-1:])
 
-    def _drop_ahead(self) -> None:
-        if self._ahead is not None:
-            self._ahead[1][2].close()
-            self._ahead = None
-
-    def _open_wire(self, start: int) -> tuple[Wire, bytes, Iterator[bytes]]:
+    def _open_wire(self, start: int, end: int, wires: tuple[Wire, ...]) -> tuple[Wire, bytes, Any]:
         """Start the remote script; (the wire it chose, bytes after its header, the rest)."""
         from forensics.errors import RemoteError
 
         path = self.path[2:] if self.path.startswith("~/") else self.path  # from $HOME
-        pieces = self.host.stream(wire_script(path, start, self.stat.size - start, WIRE))
+        pieces = self.host.stream(wire_script(path, start, end - start, wires))
         head = b""
         for piece in pieces:
             head += piece
             if b"\n" in head or len(head) > 64:
                 break
         name, _, rest = head.partition(b"\n")
-        wire = next((w for w in WIRE if w.name.encode() == name), None)
+        wire = next((w for w in wires if w.name.encode() == name), None)
         if wire is None:
             pieces.close()
             raise RemoteError(f"{self.where}: unexpected stream header {name[:40]!r}")
         return wire, rest, pieces
 
-    def _streamed(self, start: int) -> Iterator[bytes]:
-        """A remote plain log from ``start`` to its stat size as one stream, read ahead
-        while the caller parses (``SSHHost.stream``) and compressed on the wire where the
-        host has zstd or gzip (``WIRE``). What the stream did not deliver (it could not
-        start, the link dropped, the file shrank) is read by the host's SFTP reads from
-        where it stopped: those raise ReadIncomplete for a file that really shrank."""
+    def _streamed(self, start: int, end: int, wires: tuple[Wire, ...]) -> Iterator[bytes]:
+        """Bytes [start, end) of a remote log as one stream, read ahead while the caller
+        parses (``SSHHost.stream``) and compressed on the wire where the host has zstd or
+        gzip (``WIRE``). What the stream did not deliver (it could not start, the link
+        dropped, the file shrank) is read by the host's SFTP reads from where it stopped."""
         from forensics.errors import RemoteError
 
-        want = self.stat.size - start
+        want = end - start
         got = 0
         out = bytearray()
-        pieces: Iterator[bytes] | None = None
+        pieces: Any = None
         try:
-            if self._ahead is not None and self._ahead[0] == start:
-                (_, (wire, rest, pieces)), self._ahead = self._ahead, None
-            else:
-                self._drop_ahead()
-                wire, rest, pieces = self._open_wire(start)
+            wire, rest, pieces = self._open_wire(start, end, wires)
             dec = wire.decompressor() if wire.decompressor is not None else None
             for piece in itertools.chain((rest,), pieces):
                 for at in range(0, len(piece), wire.feed):
@@ -403,7 +405,7 @@ class LogSource:
             got += len(data)
             yield data
         if got < want:
-            yield from self.host.iter_chunks(self.path, start + got, READ_CHUNK)
+            yield from self.host.iter_chunks(self.path, start + got, READ_CHUNK, limit=want - got)
 
     def _recoded(self, raw: Iterator[bytes], torn: bool) -> Iterator[bytes]:
         dec = codecs.getincrementaldecoder(self.encoding)(errors="replace")
@@ -424,7 +426,7 @@ class LogSource:
     def _decompressed(self) -> Iterator[bytes]:
         fmt = self.format
         assert fmt is not None
-        raw = _RawStream(self.host.iter_chunks(self.path, 0, RAW_CHUNK))
+        raw = _RawStream(self.raw(0))
         reader = _Inflater(raw, fmt)
         damage = (EOFError, *fmt.errors())
         out = io.BytesIO()
@@ -490,8 +492,9 @@ def _text_head(host: Any, path: str, fmt: Format) -> bytes:
         raw.close()
 
 
-def open_log(host: Any, path: str, *, where: str | None = None) -> LogSource:
+def open_log(host: Any, path: str, *, where: str | None = None, hasher: Any = None) -> LogSource:
     """Stat ``path`` on ``host``, refuse what is not a regular log file, detect its format.
+    ``hasher`` (``feed(offset, chunk)``) is fed every byte of the file read (``LogSource.raw``).
 
     Raises FileMissing / PermissionDenied (exit 3), NotRegularFile / BadPath / NotALog (exit 2),
     or the host's own errors (unreachable, deadline).
@@ -502,6 +505,8 @@ def open_log(host: Any, path: str, *, where: str | None = None) -> LogSource:
     st = host.stat(path)
     require_regular(st, where)
     head = host.read(path, 0, HEAD_BYTES) if st.size else b""
+    if hasher is not None:
+        hasher.feed(0, head)
     fmt = _format_of(head)
     if fmt is not None and fmt.decompressor is None:
         raise NotALog(
@@ -517,7 +522,7 @@ def open_log(host: Any, path: str, *, where: str | None = None) -> LogSource:
             f"{min(len(text), HEAD_BYTES)} bytes)",
             hint="give the server's text log (stdout/stderr of sglang.launch_server)",
         )
-    return LogSource(host, path, where, st, head, fmt, encoding, bom)
+    return LogSource(host, path, where, st, head, fmt, encoding, bom, hasher=hasher)
 
 
 __all__ = [

@@ -1,11 +1,14 @@
 """Remote logs streamed over a real sshd (forensics.logsource: one stream per file, read ahead,
 compressed on the wire): the bytes are the file's whatever the wire and the offset; what the
-stream does not deliver comes over SFTP; several hosts in one ingest give what local ingest gives.
+stream does not deliver comes over SFTP; several hosts in one ingest give what local ingest gives;
+ingest reads through the stream, and its content hash is the file's whatever the transport.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,7 +17,9 @@ from click.testing import CliRunner
 
 from forensics import logsource
 from forensics.cli import cli
-from forensics.logsource import READ_CHUNK, Wire, open_log
+from forensics.hosts import SSHHost
+from forensics.logsource import READ_CHUNK, STREAM_MIN, Wire, open_log
+from forensics.store import Store
 from tests.conftest import FIXTURES
 
 
@@ -40,12 +45,10 @@ def test_streamed_chunks_are_the_file_bytes_from_any_offset(ssh_host, big_log, m
     assert b"".join(chunks) == data
     assert max(map(len, chunks)) <= READ_CHUNK
     assert b"".join(src.chunks(12_345)) == data[12_345:]
-    src.prefetch(0)  # started ahead, taken over by chunks(0)
-    assert src._ahead is not None
-    assert b"".join(src.chunks(0)) == data
-    assert src._ahead is None
-    src.prefetch(0)  # started ahead, never taken: closed, the connection still serves
-    src.close()
+    # a stream left half-read is closed; the connection still serves
+    it = src.chunks()
+    next(it)
+    it.close()
     assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
 
 
@@ -108,3 +111,98 @@ def test_a_nul_padded_tail_comes_in_bounded_chunks(ssh_host, tmp_path, monkeypat
     sizes = [len(c) for c in open_log(ssh_host, str(f)).chunks()]
     assert sum(sizes) == 24 << 20
     assert max(sizes) <= READ_CHUNK
+
+
+def _sftp_bytes(monkeypatch) -> list[int]:
+    """Bytes read by SSHHost's SFTP reads from now on (a spy: the reads still happen)."""
+    seen: list[int] = []
+    real = SSHHost.iter_chunks
+
+    def counted(self, *args, **kwargs):
+        for chunk in real(self, *args, **kwargs):
+            seen.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(SSHHost, "iter_chunks", counted)
+    return seen
+
+
+def _stored(path: Path) -> dict:
+    """The manifest record of the one source ingested from ``path``."""
+    (rec,) = [r for r in Store.open(None).sources().values() if r["path"] == str(path)]
+    return rec
+
+
+def _rows() -> dict:
+    store = Store.open(None)
+    return {t: len(store.table(t)) for t in ("runs", "decode", "prefill", "events", "lines")}
+
+
+def test_ingest_streams_a_remote_log_and_a_same_size_same_mtime_rewrite_is_reparsed(
+    ssh_config, big_log, tmp_path, monkeypatch
+):
+    log = tmp_path / "busy.log"
+    shutil.copy(big_log, log)
+    sftp = _sftp_bytes(monkeypatch)
+    first = _ingest([f"sshtest:{log}"])
+    assert first["files_by_status"] == {"new": 1}
+    assert sum(sftp) <= 64 << 10  # the head only: the body came through the stream
+    assert _stored(log)["content_hash"] == hashlib.sha1(log.read_bytes()).hexdigest()
+    assert _ingest([f"sshtest:{log}"])["files_by_status"] == {"unchanged": 1}
+    # the same size and mtime, other bytes in the middle: re-parsed, not "unchanged"
+    st = log.stat()
+    data = bytearray(log.read_bytes())
+    at = data.index(b"gen throughput (token/s): ", len(data) // 2) + len(
+        "gen throughput (token/s): "
+    )
+    data[at : at + 1] = b"9" if data[at : at + 1] != b"9" else b"8"
+    log.write_bytes(bytes(data))
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert log.stat().st_size == st.st_size and log.stat().st_mtime_ns == st.st_mtime_ns
+    again = _ingest([f"sshtest:{log}"])
+    assert again["files_by_status"] == {"rewritten": 1}
+    assert _stored(log)["content_hash"] == hashlib.sha1(bytes(data)).hexdigest()
+
+
+def test_stream_and_sftp_give_the_same_hash_and_rows(ssh_config, big_log, monkeypatch, tmp_path):
+    streamed = _ingest([f"sshtest:{big_log}"])
+    rec, rows = _stored(big_log), _rows()
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "sftp-store"))
+    monkeypatch.setattr(logsource, "STREAM_MIN", 1 << 62)  # every read over SFTP
+    sftp = _sftp_bytes(monkeypatch)
+    over_sftp = _ingest([f"sshtest:{big_log}"])
+    assert sum(sftp) >= big_log.stat().st_size
+    assert _stored(big_log)["content_hash"] == rec["content_hash"]
+    assert rec["content_hash"] == hashlib.sha1(big_log.read_bytes()).hexdigest()
+    assert _rows() == rows
+    for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
+        assert over_sftp[k] == streamed[k], k
+
+
+def test_a_stream_cut_halfway_falls_back_to_sftp_cleanly(
+    ssh_config, big_log, monkeypatch, tmp_path
+):
+    size = big_log.stat().st_size
+    local = _ingest([str(big_log)])
+    rows = _rows()
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "cut-store"))
+    # a wire that stops halfway, as a dropped stream would: the rest comes over SFTP
+    monkeypatch.setattr(logsource, "WIRE", (Wire("cat", f"head -c {size // 2}", None),))
+    sftp = _sftp_bytes(monkeypatch)
+    cut = _ingest([f"sshtest:{big_log}"])
+    assert size // 2 <= sum(sftp) < size  # the second half, and the head
+    assert cut["files_by_status"] == {"new": 1} and not cut["warnings"]
+    assert _stored(big_log)["content_hash"] == hashlib.sha1(big_log.read_bytes()).hexdigest()
+    assert _rows() == rows
+    for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
+        assert cut[k] == local[k], k
+    assert _ingest([f"sshtest:{big_log}"])["files_by_status"] == {"unchanged": 1}
+
+
+def test_small_remote_files_are_read_over_sftp(ssh_host, tmp_path, monkeypatch):
+    sftp = _sftp_bytes(monkeypatch)
+    f = tmp_path / "small.log"
+    f.write_bytes(b"[2026-02-25 11:00:00] The server is fired up and ready to roll!\n" * 100)
+    assert f.stat().st_size < STREAM_MIN
+    assert b"".join(open_log(ssh_host, str(f)).chunks()) == f.read_bytes()
+    assert sum(sftp) == f.stat().st_size + min(f.stat().st_size, logsource.HEAD_BYTES)

@@ -135,7 +135,7 @@ def _open(
         return _skip(out, summary, "store")
     hasher = _Hasher()
     try:
-        src = open_log(hasher.tap(host), path, where=path)
+        src = open_log(host, path, where=path, hasher=hasher)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
         return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
@@ -162,7 +162,7 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and prev.get("size") == st.size
         and prev.get("mtime") == st.mtime
         and prev.get("head_hash_full") == o.head_hash
-        and o.hasher.of_file(host, path, st.size) == known
+        and o.hasher.of_file(o.src, st.size) == known
     ):
         o.out.status = "unchanged"
         o.out.runs = prev.get("runs", 0)
@@ -178,7 +178,7 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and same_head
         and st.size >= (prev.get("size") or 0)
         and prev.get("state") is not None
-        and o.hasher.of_file(host, path, prev["size"]) == known
+        and o.hasher.of_file(o.src, prev["size"]) == known
     ):
         o.out.status = "grown"
         # records of a previously unfinished last line, and the run summaries, are replaced
