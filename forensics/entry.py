@@ -1,0 +1,57 @@
+"""The console entry point (``forensics`` and ``python -m forensics``), kept light.
+
+Importing the CLI takes a noticeable moment (click, polars' neighbours, every command group). A
+Ctrl-C in that moment, before ``forensics.cli.main`` and its handling of KeyboardInterrupt run,
+showed Python's traceback. So this module imports only ``signal`` (built in) and, first thing,
+makes SIGINT end the process with one line, ``Interrupted.``, and exit 130 (docs/exit-codes.md):
+nothing has been done yet that a Ctrl-C could leave half-done. Once the CLI is imported, Python's
+own handler is back and ``forensics.cli.main`` handles the interrupt as it always did (commit
+the files finished, say so); whatever escapes it is one line too. Only the interpreter's own
+start-up, before this module runs, is outside forensics' reach.
+
+Importing this module takes over SIGINT: only the entry point imports it (forensics/__main__.py
+and the ``forensics`` script); code and tests call ``forensics.cli.main``.
+"""
+
+import signal
+
+EXIT_INTERRUPTED = 130  # forensics.errors.EXIT_INTERRUPTED (a test checks they agree)
+_SAID = b"Interrupted.\n"
+
+
+def _while_importing(signum: int, frame: object) -> None:
+    import os
+
+    os.write(2, _SAID)
+    os._exit(EXIT_INTERRUPTED)
+
+
+signal.signal(signal.SIGINT, _while_importing)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        from forensics.cli import main as cli_main
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        cli_main(argv)
+    except KeyboardInterrupt:
+        _interrupted()
+
+
+def _interrupted() -> None:
+    import sys
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while we say so
+        sys.stderr.write(_SAID.decode())
+        sys.stderr.flush()
+    except KeyboardInterrupt:  # the same Ctrl-C's pending second one (forensics.errors)
+        pass
+    except (OSError, ValueError):  # stderr closed: the exit code still says it
+        pass
+    sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Ctrl-C at any moment of a run is one line and exit 130, never a traceback: also while the CLI
+is still being imported, before forensics.cli.main's own handling runs (forensics/entry.py).
+
+Real processes, real SIGINT: the entry point (``python -m forensics`` and the installed
+``forensics`` script) runs ``classify -`` on a stdin that never ends (it waits for the paste),
+and is interrupted at delays from right after the interpreter's own start-up (inside the import
+of the CLI) to well into the command.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from forensics.errors import EXIT_INTERRUPTED
+
+SCRIPT = Path(sys.executable).with_name("forensics")
+# When to interrupt: once the child's import of this module has finished (PYTHONPROFILEIMPORTTIME
+# reports each import on stderr as it ends), or after this many seconds in the command.
+MOMENTS = (
+    "forensics.entry",  # the entry point begins (before it: the interpreter's own start-up)
+    "forensics.errors",  # the import of forensics.cli begins
+    "forensics.sim.perf",  # inside it
+    "forensics.cli",  # imported, every command group registered: main is about to run
+    "polars",  # in the command: classify imports the parser
+    0.5,  # in the command, waiting for the paste (if it got there by then)
+)
+
+
+def _interrupt(argv: list[str], moment: str | float) -> tuple[int, str, list[str]]:
+    p = subprocess.Popen(
+        [*argv, "classify", "-"],
+        stdin=subprocess.PIPE,  # held open: the paste never ends
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    lines: queue.Queue[bytes] = queue.Queue()
+    seen: list[bytes] = []
+
+    def read() -> None:
+        for line in p.stderr:  # type: ignore[union-attr]
+            lines.put(line)
+        lines.put(b"")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if isinstance(moment, str):
+            while not seen or seen[-1].split(b"|")[-1].strip() != moment.encode():
+                seen.append(lines.get(timeout=60))  # queue.Empty: the moment never came
+                assert seen[-1], f"{moment} was never imported: {b''.join(seen)[-2000:]!r}"
+        else:
+            time.sleep(moment)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        reader.join(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    while not lines.empty():
+        seen.append(lines.get())
+    text = b"".join(seen).decode(errors="replace").splitlines()
+    # click ends the terminal's "^C" line with a newline of its own before "Interrupted."
+    said = [x for x in text if x.strip() and not x.startswith("import time:")]
+    return p.returncode, p.stdout.read().decode(errors="replace"), said  # type: ignore[union-attr]
+
+
+def test_the_entry_module_is_light_and_names_the_same_exit_code():
+    # in a process of its own: importing it takes over SIGINT (it is the entry point)
+    code = (
+        "import sys, forensics.entry as e; "
+        "print(sorted(m for m in sys.modules if 'click' in m or m.startswith('forensics')), "
+        "e.EXIT_INTERRUPTED)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"['forensics', 'forensics.entry'] {EXIT_INTERRUPTED}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([sys.executable, "-m", "forensics"], id="python -m forensics"),
+        pytest.param([str(SCRIPT)], id="forensics script"),
+    ],
+)
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(argv, moment):
+    if not SCRIPT.exists() and argv[0] == str(SCRIPT):
+        pytest.fail(f"{SCRIPT}: the console script is not installed (pip install -e .)")
+    rc, out, said = _interrupt(argv, moment)
+    assert (rc, said) == (EXIT_INTERRUPTED, ["Interrupted."])
+    assert out == ""
