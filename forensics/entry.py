@@ -30,22 +30,27 @@ signal.signal(signal.SIGINT, _while_importing)
 
 
 def main(argv: list[str] | None = None) -> None:
+    running = False
     try:
         from forensics.cli import main as cli_main
 
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        running = True
         cli_main(argv)
     except KeyboardInterrupt:
-        _interrupted()
+        # one escaping forensics.cli.main came while it was already saying so (a second
+        # Ctrl-C, or the same one's second KeyboardInterrupt: forensics.errors): no second line
+        _interrupted(say=not running)
 
 
-def _interrupted() -> None:
+def _interrupted(*, say: bool) -> None:
     import sys
 
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while we say so
-        sys.stderr.write(_SAID.decode())
-        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C while we exit
+        if say:
+            sys.stderr.write(_SAID.decode())
+            sys.stderr.flush()
     except KeyboardInterrupt:  # the same Ctrl-C's pending second one (forensics.errors)
         pass
     except (OSError, ValueError):  # stderr closed: the exit code still says it

@@ -24,18 +24,19 @@ from forensics.errors import EXIT_INTERRUPTED
 
 SCRIPT = Path(sys.executable).with_name("forensics")
 # When to interrupt: once the child's import of this module has finished (PYTHONPROFILEIMPORTTIME
-# reports each import on stderr as it ends), or after this many seconds in the command.
+# reports each import on stderr as it ends), or that many seconds after it.
 MOMENTS = (
     "forensics.entry",  # the entry point begins (before it: the interpreter's own start-up)
     "forensics.errors",  # the import of forensics.cli begins
     "forensics.sim.perf",  # inside it
     "forensics.cli",  # imported, every command group registered: main is about to run
     "polars",  # in the command: classify imports the parser
-    0.5,  # in the command, waiting for the paste (if it got there by then)
+    ("polars", 0.5),  # in the command, waiting for the paste (if it got there by then)
 )
 
 
-def _interrupt(argv: list[str], moment: str | float) -> tuple[int, str, list[str]]:
+def _interrupt(argv: list[str], moment: str | tuple[str, float]) -> tuple[int, str, list[str]]:
+    module, later = moment if isinstance(moment, tuple) else (moment, 0.0)
     p = subprocess.Popen(
         [*argv, "classify", "-"],
         stdin=subprocess.PIPE,  # held open: the paste never ends
@@ -54,12 +55,10 @@ def _interrupt(argv: list[str], moment: str | float) -> tuple[int, str, list[str
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        if isinstance(moment, str):
-            while not seen or seen[-1].split(b"|")[-1].strip() != moment.encode():
-                seen.append(lines.get(timeout=60))  # queue.Empty: the moment never came
-                assert seen[-1], f"{moment} was never imported: {b''.join(seen)[-2000:]!r}"
-        else:
-            time.sleep(moment)
+        while not seen or seen[-1].split(b"|")[-1].strip() != module.encode():
+            seen.append(lines.get(timeout=60))  # queue.Empty: the moment never came
+            assert seen[-1], f"{module} was never imported: {b''.join(seen)[-2000:]!r}"
+        time.sleep(later)
         p.send_signal(signal.SIGINT)
         p.wait(timeout=60)
         reader.join(timeout=60)
