@@ -156,6 +156,7 @@ class Table:
     variable: str  # the module-level name the table is assigned to
     under: str  # the folder its declaring module lives in
     names: frozenset[str]
+    rows: object = None  # the table itself: its home is the module holding this very object
 
 
 # Names that are also the word of another notion; a literal of these means that notion, so
@@ -192,13 +193,24 @@ def _tables() -> list[Table]:
     rules = {_rule_name(r) for r in RULES} - stages - set(HOMONYMS)
     ids = {c["id"] for c in CATALOG} - set(HOMONYMS)
     return [
-        Table("signature id", "CATALOG", "forensics", frozenset(ids)),
-        Table("parser rule name", "RULES", "parsers", frozenset(rules)),
+        Table("signature id", "CATALOG", "forensics", frozenset(ids), CATALOG),
+        Table("parser rule name", "RULES", "parsers", frozenset(rules), RULES),
     ]
 
 
-def declaring_modules(variable: str, sources: dict[str, ast.AST], under: str) -> list[str]:
-    """The module(s) under `under/` that assign `variable` at top level."""
+def _module_name(path: str) -> str:
+    """forensics/a/b.py -> forensics.a.b; parsers/x.py -> forensics_parsers.x (package-dir)."""
+    dotted = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    return "forensics_parsers" + dotted[len("parsers") :] if path.startswith("parsers/") else dotted
+
+
+def declaring_modules(
+    variable: str, sources: dict[str, ast.AST], under: str, rows: object = None
+) -> list[str]:
+    """The module(s) under `under/` that assign `variable` at top level (and, given the table
+    itself, hold that very object: another table of the same name elsewhere is not a home)."""
+    import importlib
+
     found = []
     for path, tree in sources.items():
         if not path.startswith(under + "/"):
@@ -211,6 +223,12 @@ def declaring_modules(variable: str, sources: dict[str, ast.AST], under: str) ->
                 isinstance(t, ast.Name) and t.id == variable for t in targets
             ):
                 found.append(path)
+    if rows is not None:
+        found = [
+            p
+            for p in found
+            if getattr(importlib.import_module(_module_name(p)), variable, None) is rows
+        ]
     return found
 
 
@@ -329,7 +347,7 @@ def test_dynamic_imports_only_in_plugin_loaders(sources):
 def test_no_table_name_as_a_literal_outside_its_table(sources):
     homes: dict[str, set[str]] = {}
     for table in _tables():
-        home = declaring_modules(table.variable, sources, table.under)
+        home = declaring_modules(table.variable, sources, table.under, table.rows)
         assert home, f"no module under {table.under}/ assigns {table.variable}: update _tables()"
         for name in table.names:
             homes.setdefault(name, set()).update(home)
@@ -399,6 +417,15 @@ def test_declaring_module_is_found():
         "forensics/other.py": ast.parse("def f():\n    CATALOG = 1\n"),
     }
     assert declaring_modules("CATALOG", sources, "forensics") == ["forensics/sig.py"]
+    # with the table object: only the module holding it (parsers/secrets.py has its own RULES)
+    from forensics_parsers import secrets, sglang
+
+    real = {p: ast.parse((ROOT / p).read_text()) for p in ("parsers/secrets.py",)}
+    assert declaring_modules("RULES", real, "parsers") == ["parsers/secrets.py"]
+    assert declaring_modules("RULES", real, "parsers", sglang.RULES) == []
+    assert declaring_modules("RULES", real, "parsers", secrets.RULES) == ["parsers/secrets.py"]
+    assert _module_name("parsers/sglang/rules.py") == "forensics_parsers.sglang.rules"
+    assert _module_name("forensics/bench/__init__.py") == "forensics.bench"
 
 
 def test_style_name_branch_is_caught_only_in_the_simulator():
