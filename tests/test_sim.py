@@ -49,11 +49,15 @@ class Sim:
         self.base = f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 15.0) -> bool:
+        return self.wait_for("The server is fired up and ready to roll!", timeout)
+
+    def wait_for(self, line: str, timeout: float = 15.0) -> bool:
+        """True once the log shows `line`; False if the process ends first (or a hang guard)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            if "The server is fired up and ready to roll!" in self.text():
+            if line in self.text():
                 return True
             time.sleep(0.03)
         return False
@@ -380,10 +384,12 @@ def test_nccl_timeout_and_runtime_hang(sims, style):
 
 def test_hang_load_stops_progress(sims):
     s = sims("--sim-hang", "load", speed="2000")
+    # the begin line first (a loaded machine can take seconds to start Python), then no end:
+    # at speed 2000 a load that went on would end within milliseconds of its begin
+    assert s.wait_for("Load weight begin"), s.text()[-2000:]
     time.sleep(1.0)
     assert s.proc.poll() is None
-    text = s.text()
-    assert "Load weight begin" in text and "Load weight end" not in text
+    assert "Load weight end" not in s.text()
     s.proc.send_signal(signal.SIGTERM)
     assert s.wait_exit() != 0
 
