@@ -18,6 +18,7 @@ import pytest
 
 from forensics.sim import perf
 from forensics.sim.args import parse_args
+from forensics.sim.engine import MAX_LAG_S
 from forensics_parsers.sglang import parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -405,6 +406,7 @@ def test_measured_tok_s_matches_model(sims):
     req = urllib.request.Request(s.base + "/generate", data=json.dumps(body).encode())
     stamps: list[tuple[float, int]] = []
     final = None
+    sent = time.monotonic()
     with urllib.request.urlopen(req, timeout=30) as r:
         for line in r:
             if line.startswith(b"data: {"):
@@ -417,6 +419,8 @@ def test_measured_tok_s_matches_model(sims):
     print(
         f"measured {measured:.1f} tok/s, realized by the model {realized:.1f}, expected {final['sim']['modelled_tok_s']:.1f}"
     )
-    # one-sided (no timing assertion): tokens never arrive faster than the model paced them;
-    # a busy machine can only make them later. `make bench` measures the accuracy.
-    assert measured <= realized * 1.05
+    # one-sided (no timing assertion): the last token never arrives before the model's decode
+    # time has passed since the request was sent (the schedule may catch up MAX_LAG_S); a busy
+    # machine only makes it later. Not the rate between chunks: a late first chunk followed by
+    # a burst makes that faster than the model. `make bench` measures the accuracy.
+    assert t1 - sent >= final["sim"]["decode_s"] - MAX_LAG_S, (t1 - sent, final["sim"])
