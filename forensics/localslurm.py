@@ -94,6 +94,34 @@ class LocalSlurm:
                 p.wait(timeout=5)
 
 
+# The fixed part of slurm.conf (the module doc says why each); _slurm_conf adds the per-cluster
+# paths, ports, host and node lines.
+SLURM_SETTINGS = (
+    "ClusterName=fxlocal",
+    "SlurmUser=root",
+    "AuthType=auth/munge",
+    "CredType=cred/munge",
+    "ProctrackType=proctrack/linuxproc",
+    "TaskPlugin=task/none",
+    "SelectType=select/cons_tres",
+    "SelectTypeParameters=CR_Core_Memory",
+    "SchedulerType=sched/builtin",
+    "MpiDefault=none",
+    "ReturnToService=2",
+    "JobAcctGatherType=jobacct_gather/linux",
+    "JobAcctGatherFrequency=1",
+    "JobAcctGatherParams=OverMemoryKill",
+    "AccountingStorageType=accounting_storage/none",
+    "JobCompType=jobcomp/filetxt",
+    "MinJobAge=3600",
+    "KillWait=3",
+    "InactiveLimit=0",
+    "SlurmctldTimeout=30",
+    "SlurmdTimeout=30",
+    "SchedulerParameters=sched_interval=1",
+)
+
+
 def local_slurm(root: Path, *, partition: str = "fxpart", node: str = "fxnode") -> LocalSlurm:
     missing = [n for n in (*DAEMONS, *CLIENTS, "mungekey") if _which(n) is None]
     if missing:
@@ -105,6 +133,20 @@ def local_slurm(root: Path, *, partition: str = "fxpart", node: str = "fxnode") 
     root = Path(root).resolve()
     for sub in ("state", "spool", "munge"):
         (root / sub).mkdir(parents=True, exist_ok=True)
+    key = _munge_key(root)
+    sock = root / "munge" / "munge.socket"
+    conf = root / "slurm.conf"
+    conf.write_text(_slurm_conf(root, sock, partition, node))
+    cluster = LocalSlurm(root, conf, partition, node, [])
+    try:
+        _start_daemons(cluster, key, sock)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _munge_key(root: Path) -> Path:
     os.chmod(root / "munge", 0o700)
     key = root / "munge" / "munge.key"
     subprocess.run(
@@ -113,58 +155,38 @@ def local_slurm(root: Path, *, partition: str = "fxpart", node: str = "fxnode") 
         capture_output=True,
     )
     os.chmod(key, 0o400)
-    sock = root / "munge" / "munge.socket"
+    return key
+
+
+def _slurm_conf(root: Path, sock: Path, partition: str, node: str) -> str:
     cpus = os.cpu_count() or 1
     mem_mb = max(512, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20) // 2)
     host = socket.gethostname()
-    conf = root / "slurm.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                "ClusterName=fxlocal",
-                f"SlurmctldHost={host}(127.0.0.1)",
-                "SlurmUser=root",
-                f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
-                "AuthType=auth/munge",
-                "CredType=cred/munge",
-                f"AuthInfo=socket={sock}",
-                f"StateSaveLocation={root / 'state'}",
-                f"SlurmdSpoolDir={root / 'spool'}",
-                f"SlurmctldPidFile={root / 'slurmctld.pid'}",
-                f"SlurmdPidFile={root / 'slurmd.pid'}",
-                f"SlurmctldLogFile={root / 'slurmctld.log'}",
-                f"SlurmdLogFile={root / 'slurmd.log'}",
-                "ProctrackType=proctrack/linuxproc",
-                "TaskPlugin=task/none",
-                "SelectType=select/cons_tres",
-                "SelectTypeParameters=CR_Core_Memory",
-                "SchedulerType=sched/builtin",
-                "MpiDefault=none",
-                "ReturnToService=2",
-                "JobAcctGatherType=jobacct_gather/linux",
-                "JobAcctGatherFrequency=1",
-                "JobAcctGatherParams=OverMemoryKill",
-                "AccountingStorageType=accounting_storage/none",
-                "JobCompType=jobcomp/filetxt",
-                f"JobCompLoc={root / 'jobcomp.txt'}",
-                "MinJobAge=3600",
-                "KillWait=3",
-                "InactiveLimit=0",
-                "SlurmctldTimeout=30",
-                "SlurmdTimeout=30",
-                "SchedulerParameters=sched_interval=1",
-                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} "
-                f"RealMemory={mem_mb} State=UNKNOWN",
-                f"PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE "
-                "State=UP OverSubscribe=NO",
-                "",
-            ]
-        )
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    procs: list[subprocess.Popen] = []
-    cluster = LocalSlurm(root, conf, partition, node, procs)
+    lines = [
+        *SLURM_SETTINGS,
+        f"SlurmctldHost={host}(127.0.0.1)",
+        f"SlurmctldPort={_free_port()}",
+        f"SlurmdPort={_free_port()}",
+        f"AuthInfo=socket={sock}",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd.pid'}",
+        f"SlurmctldLogFile={root / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'slurmd.log'}",
+        f"JobCompLoc={root / 'jobcomp.txt'}",
+        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} "
+        f"RealMemory={mem_mb} State=UNKNOWN",
+        f"PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE "
+        "State=UP OverSubscribe=NO",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _start_daemons(cluster: LocalSlurm, key: Path, sock: Path) -> None:
+    """munged, then slurmctld and slurmd; back when the node is idle."""
+    root, procs, node = cluster.root, cluster.procs, cluster.node
+    env = {**os.environ, **cluster.env}
 
     def start(argv: list[str], log: str) -> None:
         fh = open(root / log, "ab")  # noqa: SIM115 - the daemon's stdout, closed with it
@@ -175,33 +197,22 @@ def local_slurm(root: Path, *, partition: str = "fxpart", node: str = "fxnode") 
         )
         fh.close()
 
-    try:
-        start(
-            [
-                _which("munged"),
-                "-F",
-                "-f",
-                f"--socket={sock}",
-                f"--key-file={key}",
-                f"--pid-file={root / 'munge' / 'munged.pid'}",
-                f"--log-file={root / 'munged.log'}",
-                f"--seed-file={root / 'munge' / 'munged.seed'}",
-            ],
-            "munged.out",
-        )
-        _wait(lambda: sock.exists(), "munged never opened its socket", procs, cluster)
-        start([_which("slurmctld"), "-D", "-i", "-f", str(conf)], "slurmctld.out")
-        start([_which("slurmd"), "-D", "-f", str(conf), "-N", node], "slurmd.out")
+    munge = root / "munge"
+    start(
+        [_which("munged"), "-F", "-f", f"--socket={sock}", f"--key-file={key}",
+         f"--pid-file={munge / 'munged.pid'}", f"--log-file={root / 'munged.log'}",
+         f"--seed-file={munge / 'munged.seed'}"],
+        "munged.out",
+    )  # fmt: skip
+    _wait(lambda: sock.exists(), "munged never opened its socket", procs, cluster)
+    start([_which("slurmctld"), "-D", "-i", "-f", str(cluster.conf)], "slurmctld.out")
+    start([_which("slurmd"), "-D", "-f", str(cluster.conf), "-N", node], "slurmd.out")
 
-        def idle() -> bool:
-            r = cluster.run("sinfo", "-h", "-n", node, "-o", "%T", check=False)
-            return r.returncode == 0 and r.stdout.strip().rstrip("*") in ("idle", "mixed")
+    def idle() -> bool:
+        r = cluster.run("sinfo", "-h", "-n", node, "-o", "%T", check=False)
+        return r.returncode == 0 and r.stdout.strip().rstrip("*") in ("idle", "mixed")
 
-        _wait(idle, f"node {node} never became idle", procs, cluster)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+    _wait(idle, f"node {node} never became idle", procs, cluster)
 
 
 def _wait(ok, what: str, procs: list[subprocess.Popen], cluster: LocalSlurm) -> None:  # noqa: ANN001
