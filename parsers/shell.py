@@ -23,32 +23,54 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+# the tokenizer lives in shell_lexer; `tokenize` and `substitutions` stay importable from here
+from forensics_parsers.shell_lexer import _Tok, substitutions, tokenize
+from forensics_parsers.shell_syntax import syntax_errors
+
 LIST_OPS = ("&&", "||", ";", "&", "\n")
-# Longest first: the tokenizer takes the first operator that matches.
-REDIR_OPS = ("&>>", "&>", ">>", ">&", "<&", ">|", "<>", ">", "<")
-# Commands that run the rest of their argv as another command.
-WRAPPERS = {
-    "nohup": 0,
-    "setsid": 0,
-    "exec": 0,
-    "command": 0,
-    "builtin": 0,
-    "time": 0,
-    "nice": 0,
-    "ionice": 0,
-    "stdbuf": 0,
-    "env": 0,
-    "timeout": 1,  # one positional (the duration) before the command
-    "sudo": 0,
-    "numactl": 0,
-    "taskset": 1,
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A command that runs the rest of its argv as another command (a WRAPPERS row)."""
+
+    positionals: int = 0  # words after its options before the command (timeout's duration)
+    value_options: frozenset[str] = frozenset()  # its options that take the next word
+    assignments: bool = False  # NAME=VALUE words may come before the command (env, sudo)
+
+
+def _w(positionals: int = 0, options: str = "", assignments: bool = False) -> Wrapper:
+    return Wrapper(positionals, frozenset(options.split()), assignments)
+
+
+# Commands that run the rest of their argv as another command: how to find that command.
+WRAPPERS: dict[str, Wrapper] = {
+    "nohup": _w(),
+    "setsid": _w(),
+    "exec": _w(0, "-a"),
+    "command": _w(),
+    "builtin": _w(),
+    "time": _w(0, "-f -o --format --output"),
+    "nice": _w(0, "-n --adjustment"),
+    "ionice": _w(0, "-c -n -p -P -u --class --classdata"),
+    "stdbuf": _w(0, "-i -o -e --input --output --error"),
+    "env": _w(0, "-u -C -S --unset --chdir", assignments=True),
+    "timeout": _w(1, "-k -s --signal --kill-after"),  # the duration, then the command
+    "sudo": _w(0, "-u -g -h -p -C -D -r -t -U -T --user --group --host --prompt --chdir", True),
+    "doas": _w(0, "-u -C"),
+    "runuser": _w(0, "-u -g -G --user --group"),
+    "numactl": _w(0, "-N -m -C -p -i --cpunodebind --membind --physcpubind --preferred"),
+    "taskset": _w(1),  # the mask (or cpu list), then the command
+    "chrt": _w(1),  # the priority, then the command
+    "flock": _w(1, "-w -E --timeout --conflict-exit-code"),  # the lock file, then the command
+    "xargs": _w(0, "-I -L -n -P -s -d -a -E --max-args --max-procs --delimiter --arg-file"),
 }
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 
 
 @dataclass
 class Redirect:
-    op: str  # one of REDIR_OPS
+    op: str  # one of shell_lexer.REDIR_OPS
     target: str  # the word after the operator, quotes removed ('1' in 2>&1)
     fd: int | None = None  # explicit fd before the operator (2 in 2>&1)
 
@@ -129,218 +151,6 @@ class Chain:
         return [out[k] for k in sorted(out)]
 
 
-# --------------------------------------------------------------------------- tokenizer
-
-
-@dataclass
-class _Tok:
-    kind: str  # word | op | redir
-    value: str  # word: unquoted text; op/redir: the operator
-    start: int
-    end: int
-    fd: int | None = None
-
-
-def _substitution_end(text: str, i: int) -> int | None:
-    """End of a ``$(...)``, ``${...}`` or backtick substitution starting at ``i`` (kept whole,
-    never evaluated), or None when none starts there. An unclosed one runs to the end."""
-    j = _substitution_span(text, i)
-    return None if j is None else abs(j)
-
-
-def _substitution_span(text: str, i: int) -> int | None:
-    """Like ``_substitution_end``, negated when the substitution is never closed."""
-    n = len(text)
-    c = text[i]
-    if c == "$" and i + 1 < n and text[i + 1] in "({":
-        return _skip_balanced(text, i + 2, text[i + 1], ")" if text[i + 1] == "(" else "}")
-    if c == "`":
-        j = text.find("`", i + 1)
-        return -n if j < 0 else j + 1
-    return None
-
-
-def substitutions(text: str) -> list[str]:
-    """The bodies of the ``$(...)`` and backtick command substitutions in ``text`` that the
-    shell would run (outside single quotes, nested ones left inside their parent's body)."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            j = text.find("'", i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        is_cmd = c == "`" or text.startswith("$(", i)
-        j = _substitution_end(text, i) if c in "$`" else None
-        if j is None:
-            i += 1
-            continue
-        if is_cmd and not text.startswith("$((", i):
-            start = i + (1 if c == "`" else 2)
-            closed = text[j - 1] == ("`" if c == "`" else ")") and j - 1 >= start
-            out.append(text[start : j - 1] if closed else text[start:])
-        i = j
-    return out
-
-
-def _skip_balanced(text: str, i: int, open_: str, close: str) -> int:
-    """Index after the bracket closing the one at text[i-1] (quotes inside are honoured);
-    minus the text's length when it is never closed."""
-    depth = 1
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "'":
-            j = text.find("'", i + 1)
-            i = n if j < 0 else j + 1
-            continue
-        if c == '"':
-            j = _skip_dquote(text, i + 1)[1]
-            i = n if j < 0 else j  # unterminated: the rest of the text
-            continue
-        if c == open_:
-            depth += 1
-        elif c == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return -n
-
-
-def _skip_dquote(text: str, i: int) -> tuple[str, int]:
-    """Read a double-quoted string body from i (after the quote): (value, index after)."""
-    out: list[str] = []
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            return "".join(out), i + 1
-        if c == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            if nxt == "\n":
-                i += 2
-                continue
-            if nxt in '$`"\\':
-                out.append(nxt)
-                i += 2
-                continue
-            out.append(c)
-            i += 1
-            continue
-        j = _substitution_end(text, i)
-        if j is not None:
-            out.append(text[i:j])
-            i = j
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out), -1  # unterminated
-
-
-def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
-    """(tokens, notes, syntax errors the shell would refuse the text for)."""
-    toks: list[_Tok] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in " \t":
-            i += 1
-            continue
-        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
-            i += 2
-            continue
-        if c == "#":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
-        if c == "\n":
-            toks.append(_Tok("op", "\n", i, i + 1))
-            i += 1
-            continue
-        two = text[i : i + 2]
-        if two in ("&&", "||", ";;"):
-            toks.append(_Tok("op", two, i, i + 2))
-            i += 2
-            continue
-        # redirections (with an optional fd prefix handled in the word reader)
-        matched = next((op for op in REDIR_OPS if text.startswith(op, i)), None)
-        if matched:
-            if matched == "<" and text.startswith("<<", i):
-                warnings.append(f"here-document at offset {i} is kept as text, not parsed")
-            toks.append(_Tok("redir", matched, i, i + len(matched)))
-            i += len(matched)
-            continue
-        if c in ";&|()":
-            toks.append(_Tok("op", c, i, i + 1))
-            i += 1
-            continue
-        # a word
-        start = i
-        out: list[str] = []
-        while i < n:
-            c = text[i]
-            if c in " \t\n;&|()<>":
-                break
-            if c == "\\":
-                if i + 1 < n:
-                    if text[i + 1] != "\n":
-                        out.append(text[i + 1])
-                    i += 2
-                else:
-                    out.append(c)
-                    i += 1
-                continue
-            if c == "'":
-                j = text.find("'", i + 1)
-                if j < 0:
-                    errors.append(f"unterminated single quote at offset {i}")
-                    out.append(text[i + 1 :])
-                    i = n
-                    break
-                out.append(text[i + 1 : j])
-                i = j + 1
-                continue
-            if c == '"':
-                value, j = _skip_dquote(text, i + 1)
-                out.append(value)
-                if j < 0:
-                    errors.append(f"unterminated double quote at offset {i}")
-                    i = n
-                    break
-                i = j
-                continue
-            j = _substitution_span(text, i)
-            if j is not None:
-                if j < 0:
-                    errors.append(
-                        f"unterminated {'`' if c == '`' else text[i : i + 2]} at offset {i}"
-                    )
-                out.append(text[i : abs(j)])
-                i = abs(j)
-                continue
-            out.append(c)
-            i += 1
-        word = "".join(out)
-        # "2>&1": a word of digits glued to a redirection operator is its fd
-        if i < n and text[i] in "<>" and word.isdigit() and i == start + len(word):
-            matched = next(op for op in REDIR_OPS if text.startswith(op, i))
-            toks.append(_Tok("redir", matched, start, i + len(matched), fd=int(word)))
-            i += len(matched)
-            continue
-        toks.append(_Tok("word", word, start, i))
-    return toks, warnings, errors
-
-
 # --------------------------------------------------------------------------- parser
 
 
@@ -376,60 +186,12 @@ def _command(text: str, toks: list[_Tok]) -> Command:
     return Command(argv=argv, text=src, assignments=assignments, redirects=redirects)
 
 
-# What the shell refuses before running anything ("syntax error near unexpected token"):
-# token -> the tokens right before it after which it may not come ("start": the beginning;
-# "redir": a redirection still waiting for its file; "end": the end of the text).
-_OPERATORS = ("&&", "||", "|", ";", "&", ";;")
-_NO_COMMAND_YET = ("start", "(", "\n", "redir", *_OPERATORS)
-SYNTAX_RULES: dict[str, tuple[str, ...]] = {
-    **{op: _NO_COMMAND_YET for op in _OPERATORS},
-    ")": ("start", "(", "&&", "||", "|", "redir"),
-    "\n": ("redir",),
-    "end": ("&&", "||", "|", "redir"),
-}
-
-
-def _syntax_errors(toks: list[_Tok]) -> list[str]:
-    """Operators where a command must be, unmatched ``)``/``}``, ``;;`` outside ``case``."""
-    errors: list[str] = []
-    in_case = any(t.kind == "word" and t.value == "case" for t in toks)
-    prev, parens, braces = "start", 0, 0
-    for t in [*toks, _Tok("end", "end", -1, -1)]:
-        key = t.value if t.kind in ("op", "end") else t.kind
-        command_position = prev in ("start", "(", "\n", *_OPERATORS)
-        if in_case and key in (")", ";;"):
-            prev = key
-            continue
-        if key == ";;":
-            errors.append("syntax error near unexpected token `;;` (only a `case` uses it)")
-        elif prev in SYNTAX_RULES.get(key, ()):
-            if key == "end":
-                errors.append(
-                    f"the chain ends with '{prev}'"
-                    if prev != "redir"
-                    else "syntax error: the redirection at the end names no file"
-                )
-            else:
-                errors.append(
-                    f"syntax error near unexpected token `{key.replace(chr(10), 'newline')}`"
-                )
-        elif key == ")" and parens == 0:
-            errors.append("syntax error near unexpected token `)`: no `(` opens it")
-        parens += (key == "(") - (key == ")" and parens > 0)
-        if key == "word" and command_position and t.value in ("{", "}"):
-            if t.value == "}" and braces == 0:
-                errors.append("syntax error near unexpected token `}`: no `{` opens it")
-            braces = max(0, braces + (1 if t.value == "{" else -1))
-        prev = key
-    return errors
-
-
 def parse_chain(text: str) -> Chain:
     """Split a shell chain into steps. Never raises; oddities go to ``Chain.warnings``, what
     the shell would refuse to run at all also to ``Chain.errors``."""
     text = text if isinstance(text, str) else str(text)
     toks, notes, errors = tokenize(text)
-    errors.extend(_syntax_errors(toks))
+    errors.extend(syntax_errors(toks))
     steps: list[Step] = []
     cur: list[_Tok] = []  # tokens of the current step
     depth = 0
@@ -447,7 +209,7 @@ def parse_chain(text: str) -> Chain:
                 d += 1
             elif t.kind == "op" and t.value == ")":
                 d -= 1
-            if t.kind == "op" and t.value == "|" and d == 0:
+            if t.kind == "op" and t.value in ("|", "|&") and d == 0:
                 cmds.append([])
                 continue
             cmds[-1].append(t)
@@ -503,41 +265,22 @@ def parse_chain(text: str) -> Chain:
 
 
 def unwrap(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Peel wrappers (nohup, setsid, env K=V, timeout 10, nice -n 5...) off an argv."""
+    """Peel wrappers (nohup, setsid, env K=V, timeout 10, nice -n 5, sudo -u x, xargs -n 1…)
+    off an argv: (the command they run, the wrappers' names)."""
     wrappers: list[str] = []
     a = list(argv)
-    while a:
-        name = a[0].rsplit("/", 1)[-1]
-        if name not in WRAPPERS:
-            break
-        wrappers.append(name)
+    while a and (w := WRAPPERS.get(a[0].rsplit("/", 1)[-1])) is not None:
+        wrappers.append(a[0].rsplit("/", 1)[-1])
         a = a[1:]
-        positional = WRAPPERS[name]
-        # options of the wrapper (and their values for the few that take one)
         while a and a[0].startswith("-") and a[0] != "--":
             opt = a.pop(0)
-            if name in ("nice", "ionice", "timeout", "sudo", "stdbuf") and opt in (
-                "-n",
-                "-c",
-                "-k",
-                "-s",
-                "-u",
-                "-i",
-                "-o",
-                "-e",
-                "--signal",
-                "--kill-after",
-            ):
-                if a:
-                    a.pop(0)
+            if opt in w.value_options and a:
+                a.pop(0)
         if a and a[0] == "--":
             a = a[1:]
-        if name == "env":
-            while a and _is_assignment(a[0]):
-                a = a[1:]
-        for _ in range(positional):
-            if a:
-                a = a[1:]
+        while w.assignments and a and _is_assignment(a[0]):
+            a = a[1:]
+        a = a[w.positionals :]
     return a, wrappers
 
 
@@ -565,15 +308,25 @@ NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
 
 def nested_scripts(cmd: Command) -> list[str]:
     """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``,
-    ``eval ARGS``, ``su -c SCRIPT`` (after wrappers), and its ``$(...)`` / backtick
-    substitutions."""
-    script = shell_script(cmd.argv)
+    ``eval ARGS``, ``su -c SCRIPT`` (after wrappers), the body of a ``( … )`` or ``{ …; }``
+    group, and its ``$(...)`` / backtick substitutions."""
+    script = shell_script(cmd.argv) or _group_body(cmd)
     inner, _ = unwrap(cmd.argv)
     if script is None and inner and inner[0].rsplit("/", 1)[-1] in SCRIPT_RUNNERS:
         script = SCRIPT_RUNNERS[inner[0].rsplit("/", 1)[-1]](inner[1:])
     # a substitution inside the script is the script's own (read when the script is)
     out = [b for b in substitutions(cmd.text) if not (script and b in script)]
     return [*out, script] if script else out
+
+
+def _group_body(cmd: Command) -> str | None:
+    """The commands inside a ``( … )`` subshell or a ``{ …; }`` group, as text."""
+    text = cmd.text.strip()
+    for open_, close in (("(", ")"), ("{", "}")):
+        if cmd.argv[:1] == [open_] and text.startswith(open_):
+            end = text.rfind(close)
+            return text[1:end] if end > 0 else text[1:]
+    return None
 
 
 def nested_steps(step: Step, _depth: int = 0) -> list[Step]:

@@ -9,8 +9,9 @@ from click.testing import CliRunner
 
 from forensics.cli import cli
 from forensics.hosts import LocalHost
+from forensics.kills import parse_kill
 from forensics.launcher import safe_chain
-from forensics.lint import RULES, lint, parse_kill
+from forensics.lint import RULES, lint
 from forensics.recipe import Recipe
 from forensics_parsers.shell import launching_command_line, parse_chain
 from tests.test_shell import SEED

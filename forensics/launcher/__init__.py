@@ -38,6 +38,7 @@ relaunch), ``stop`` (stop, recheck).
 """
 
 from forensics.errors import LaunchFailed
+from forensics.kills import parse_kill, pattern_regex
 from forensics.launcher.causes import (
     JOURNAL_CAUSES,
     LAUNCH_CAUSES,
@@ -69,7 +70,6 @@ from forensics.launcher.safe import new_token, safe_chain
 from forensics.launcher.start import BLOCKING, launch, relaunch
 from forensics.launcher.stop import STOP_GRACE_S, kill_group, recheck, stop, wait_stopped
 from forensics.launcher.wrapper import build_supervisor, build_wrapper
-from forensics.lint import parse_kill, pattern_regex
 from forensics.tables import LAUNCH_SCHEMA
 
 __all__ = [

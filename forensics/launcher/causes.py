@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.lint import self_kill_match, step_kills
+from forensics.kills import self_kill_match, step_kills
 from forensics.recipe import server_step
 from forensics_parsers.journal import parse_journal
 from forensics_parsers.shell import launching_command_line, parse_chain

@@ -7,7 +7,7 @@ import re
 import secrets
 import shlex
 
-from forensics.lint import mass_kills, self_kill_match, step_kills
+from forensics.kills import mass_kills, self_kill_match, step_kills
 from forensics.recipe import rewrite_steps
 from forensics_parsers.shell import Chain, launching_command_line
 

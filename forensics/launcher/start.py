@@ -10,12 +10,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, LaunchFailed, UsageError
+from forensics.kills import mass_kills
 from forensics.launcher import records
 from forensics.launcher.hostinfo import host_for
 from forensics.launcher.run import Plan, Progress, execute
 from forensics.launcher.safe import new_token, safe_chain
 from forensics.launcher.stop import stop
-from forensics.lint import lint, mass_kills, syntax_finding
+from forensics.lint import lint, syntax_finding
 from forensics.recipe import Recipe, valid_name, with_simulator
 from forensics_parsers.shell import parse_chain
 

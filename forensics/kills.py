@@ -1,0 +1,268 @@
+"""What a shell step kills: pattern kills (``pkill``, ``pgrep``, ``killall``, ``kill $(pgrep
+…)``, ``pgrep … | xargs kill``) as ``KillSpec``s, the ``MASS_KILLS`` table (kills of everything
+rather than of one server: ``kill -1``, ``kill 0``, ``killall5``, ``pkill -u root``…), also
+inside ``bash -c``, ``eval``, ``$(…)`` and backticks, and whether a ``pkill -f`` pattern matches
+the launching shell's own command line. Used by lint's rules and the launcher's safe patterns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+from forensics_parsers.shell import Step, nested_steps, parse_chain
+
+# Signals by name (pkill -KILL / -SIGKILL / --signal KILL); numbers are taken as they are.
+SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
+
+# Options that take a value, per program (procps' pkill/pgrep, psmisc's killall): the next
+# word, or glued to a short option (`-uroot`, `-U0`), or after `=` (`--uid=0`).
+_PROCPS_VALUES = (
+    "-g -G -P -s -t -u -U -F -r -q --signal --pgroup --group --parent --session --terminal "
+    "--euid --uid --pidfile --runstates --ns --nslist --queue"
+)
+KILL_OPTS_WITH_VALUE: dict[str, frozenset[str]] = {
+    "pkill": frozenset(_PROCPS_VALUES.split()),
+    "pgrep": frozenset((_PROCPS_VALUES + " -d --delimiter").split()),
+    "killall": frozenset(
+        "-s -u -o -y -n -Z --signal --user --older-than --younger-than --ns --context".split()
+    ),
+}
+
+
+@dataclasses.dataclass
+class KillSpec:
+    """One pattern kill: ``pkill -9 -f python3`` -> program pkill, signal 9, full, python3."""
+
+    program: str  # pkill | pgrep | killall
+    pattern: str
+    full: bool  # -f: match the full command line (else the process name)
+    exact: bool  # -x
+    signal: int  # 15 unless given; 0 for pgrep (it kills nothing by itself)
+    kills: bool  # pkill/killall, or pgrep feeding kill
+
+
+def _signal(value: str) -> int:
+    v = value.upper().removeprefix("SIG")
+    if v.isdigit():
+        return int(v)
+    return SIGNALS.get(v, 15)
+
+
+def _kill_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str], str | None] | None:
+    """A ``pkill``/``pgrep``/``killall`` argv -> (program, {option: value} for the options
+    that take one, the flags, the pattern or None); None for any other program."""
+    prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+    takes = KILL_OPTS_WITH_VALUE.get(prog)
+    if takes is None:
+        return None
+    values: dict[str, str] = {}
+    flags: list[str] = []
+    words = iter(argv[1:])
+    for a in words:
+        if a == "--":
+            return prog, values, flags, next(words, None)
+        if a in takes:
+            values[a] = next(words, "")
+        elif a.startswith("--") and "=" in a:
+            key, value = a.split("=", 1)
+            values[key] = value
+        elif a.startswith("-") and len(a) > 1 and not a.startswith("--") and not _is_signal(a):
+            for k, ch in enumerate(a[1:], 1):  # a cluster of short options: `-fu root`, `-uroot`
+                if "-" + ch in takes:
+                    values["-" + ch] = a[k + 1 :] or next(words, "")
+                    break
+                flags.append("-" + ch)
+        elif a.startswith("-") and len(a) > 1:
+            flags.append(a)
+        else:
+            return prog, values, flags, a
+    return prog, values, flags, None
+
+
+def _is_signal(option: str) -> bool:
+    """``-9``, ``-KILL``, ``-SIGKILL``: a signal given as an option of its own."""
+    body = option[1:].upper().removeprefix("SIG")
+    return body.isdigit() or body in SIGNALS
+
+
+def parse_kill(argv: list[str]) -> KillSpec | None:
+    """A ``pkill``/``pgrep``/``killall`` argv -> KillSpec (None for anything else)."""
+    parsed = _kill_argv(argv)
+    if parsed is None:
+        return None
+    prog, values, flags, pattern = parsed
+    full = exact = False
+    sig = 15
+    for a, v in values.items():
+        if a == "--signal" or (a == "-s" and prog == "killall"):
+            sig = _signal(v) if prog != "pgrep" else sig
+    for a in flags:
+        if a in ("-f", "--full"):
+            full = True
+        elif a in ("-x", "--exact"):
+            exact = True
+        elif _is_signal(a):
+            sig = _signal(a[1:])
+    if pattern is None:
+        return None
+    if prog == "killall":
+        full = False
+    kills = prog != "pgrep"
+    return KillSpec(prog, pattern, full, exact, sig if kills else 0, kills)
+
+
+_PGREP_SUB = re.compile(r"\$\(\s*(pgrep\b[^)]*)\)|`\s*(pgrep\b[^`]*)`")
+
+
+def step_kills(step: Step) -> list[KillSpec]:
+    """Pattern kills a step performs (``pkill``, ``killall``, ``kill $(pgrep -f X)``), also
+    inside ``bash -c "…"``, ``eval "…"``, ``$(…)`` and backticks."""
+    out = _own_kills(step)
+    for sub in nested_steps(step):
+        out.extend(_own_kills(sub))
+    return out
+
+
+def _own_kills(step: Step) -> list[KillSpec]:
+    out: list[KillSpec] = []
+    for cmd in step.commands:
+        inner, _ = cmd.unwrapped()
+        spec = parse_kill(inner)
+        if spec:
+            out.append(spec)
+        if inner and inner[0] == "kill":
+            for m in _PGREP_SUB.finditer(cmd.text):
+                sub = parse_chain(m.group(1) or m.group(2))
+                if sub.steps and sub.steps[0].command:
+                    s = parse_kill(sub.steps[0].command.argv)
+                    if s:
+                        sig = next((_signal(a[1:]) for a in inner[1:] if a[:1] == "-"), 15)
+                        out.append(dataclasses.replace(s, kills=True, signal=sig))
+    # "pgrep -f X | xargs kill"
+    if len(step.commands) > 1 and any(c.argv[:1] == ["xargs"] for c in step.commands[1:]):
+        for i, s in enumerate(out):
+            if s.program == "pgrep":
+                out[i] = dataclasses.replace(s, kills=True, signal=15)
+    return out
+
+
+def kill_targets(argv: list[str]) -> tuple[int, list[str]] | None:
+    """``kill [-SIG | -s SIG | -n SIG | --signal SIG] [--] PID...`` -> (signal, the pids as
+    written); None for any other command (or ``kill -l``)."""
+    if not argv or argv[0].rsplit("/", 1)[-1] != "kill":
+        return None
+    sig, args = None, argv[1:]
+    while args:
+        a = args[0]
+        if a == "--":
+            args = args[1:]
+            break
+        if a in ("-l", "-L", "--list", "--table"):
+            return None
+        if a in ("-s", "-n", "--signal") and len(args) > 1 and sig is None:
+            sig, args = _signal(args[1]), args[2:]
+            continue
+        if a.startswith("-") and len(a) > 1 and sig is None and not a[1:].startswith("-"):
+            sig, args = _signal(a[1:]), args[1:]
+            continue
+        break
+    return (15 if sig is None else sig), args
+
+
+def _kills_pid(*pids: str) -> Callable[[list[str]], bool]:
+    def match(argv: list[str]) -> bool:
+        t = kill_targets(argv)
+        return t is not None and any(p.strip("\"'") in pids for p in t[1])
+
+    return match
+
+
+def _selects_all_of(*options: str, values: tuple[str, ...] | None = None):
+    """pkill/killall with one of ``options`` (and, when given, one of ``values``) and no
+    pattern: everything that selector selects."""
+
+    def match(argv: list[str]) -> bool:
+        parsed = _kill_argv(argv)
+        if parsed is None or parsed[0] == "pgrep" or parsed[3] is not None:
+            return False
+        return any(o in parsed[1] and (values is None or parsed[1][o] in values) for o in options)
+
+    return match
+
+
+def _program(*names: str) -> Callable[[list[str]], bool]:
+    return lambda argv: bool(argv) and argv[0].rsplit("/", 1)[-1] in names
+
+
+# Kills that are not of one server at all (each row: what it is, how to tell, what it kills).
+MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
+    (
+        "kill -1",
+        _kills_pid("-1"),
+        "every process this user may signal; as root that is every process on the host "
+        "(sshd, your login, other users' jobs)",
+    ),
+    (
+        "kill 0",
+        _kills_pid("0", "-0", "$$", "-$$", "${$}"),
+        "the shell that runs the chain and its whole process group",
+    ),
+    (
+        "killall5",
+        _program("killall5"),
+        "every process outside its own session: as root the whole host, sshd included",
+    ),
+    (
+        "pkill -u USER",  # killall -u USER too
+        _selects_all_of("-u", "-U", "--uid", "--euid", "--user"),
+        "every process of that user, whatever it runs; for root (`-u root`, `-U 0`) the whole "
+        "host, sshd and init's children included",
+    ),
+    (
+        "pkill -g 0 / -s 0",
+        _selects_all_of("-g", "-s", "--pgroup", "--session", values=("0",)),
+        "its own process group or session: the shell that runs the chain (and over SSH the "
+        "session itself)",
+    ),
+)
+
+
+def mass_kills(step: Step) -> list[tuple[str, str]]:
+    """``(row name, what it kills)`` for each MASS_KILLS row a step (or a script nested in it)
+    matches."""
+    out = []
+    for s in [step, *nested_steps(step)]:
+        for cmd in s.commands:
+            inner, _ = cmd.unwrapped()
+            out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
+    return out
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """A pkill pattern (POSIX ERE) as a Python regex; an invalid one matches literally."""
+    translated = (
+        pattern.replace("[[:space:]]", r"\s")
+        .replace("[[:digit:]]", r"\d")
+        .replace("[[:alpha:]]", "[A-Za-z]")
+        .replace("[[:alnum:]]", "[A-Za-z0-9]")
+    )
+    try:
+        return re.compile(translated)
+    except re.error:
+        return re.compile(re.escape(pattern))
+
+
+def self_kill_match(spec: KillSpec, cmdline: str) -> re.Match[str] | None:
+    """Where the pattern matches the launching shell's command line, if it does."""
+    if not spec.kills or not spec.full:
+        return None
+    if spec.exact:
+        return pattern_regex(f"^(?:{spec.pattern})$").search(cmdline)
+    return pattern_regex(spec.pattern).search(cmdline)
+
+
+def signal_name(sig: int) -> str:
+    names = {v: k for k, v in SIGNALS.items()}
+    return f"SIG{names[sig]}" if sig in names else f"signal {sig}"

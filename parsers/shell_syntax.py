@@ -1,0 +1,145 @@
+"""What the shell refuses before running anything ("syntax error near unexpected token"),
+read from the tokens of parsers/shell_lexer.py as tables (pure, never evaluates):
+
+- SYNTAX_RULES: a token -> the tokens after which it may not come (`|| b`, `a && && b`, `)))`,
+  `( a ) b`, a chain ending in `&&`);
+- KEYWORDS: the reserved words where a command starts -> what must be open before them and
+  what they open (`fi` without `if`, `do` outside a loop, an `if` never closed);
+- brackets: a `)` or `}` that nothing opened, a `{` never closed, `{ }`.
+
+Not checked: the grammar inside ``[[ … ]]`` and of a ``case``'s patterns.
+"""
+
+from __future__ import annotations
+
+from forensics_parsers.shell_lexer import _Tok
+
+_OPERATORS = ("&&", "||", "|", "|&", ";", "&", ";;")
+# Reserved words where a command starts: word -> (what must be open for it, what it opens).
+# Nothing needed: it opens a construct; else it continues (or, opening nothing, ends) one.
+KEYWORDS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "if": ((), "if"),
+    "then": (("if", "elif"), "then"),
+    "elif": (("then",), "elif"),
+    "else": (("then",), "else"),
+    "fi": (("then", "else"), None),
+    "while": ((), "loop"),
+    "until": ((), "loop"),
+    "for": ((), "for"),
+    "select": ((), "for"),
+    "do": (("loop", "for"), "do"),
+    "done": (("do",), None),
+    "case": ((), "case"),
+    "esac": (("case",), None),
+}
+CLOSED_BY = {"if": "fi", "then": "fi", "elif": "fi", "else": "fi", "loop": "done", "for": "done",
+             "do": "done", "case": "esac"}  # fmt: skip
+# After these a command starts (a keyword there is a keyword).
+_BODY_KEYWORDS = ("if", "then", "elif", "else", "while", "until", "do")
+_PREFIXES = ("!", "time", "coproc")  # words before a pipeline
+_COMMAND_STARTS = ("start", "(", "{", "\n", "fdef)", "case)", "case;;", *_PREFIXES,
+                   *_BODY_KEYWORDS, *_OPERATORS)  # fmt: skip
+# After these a compound command has ended: only an operator, a redirection or a closer follows.
+_ENDS = (")", "}", "fi", "done", "esac")
+_CLOSERS = ("then", "elif", "else", "fi", "do", "done", "esac", "}")
+_NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", *_BODY_KEYWORDS, *_OPERATORS)
+# token -> the tokens right before it after which it may not come ("start": the beginning;
+# "redir": a redirection still waiting for its file; "end": the end of the text; "{" / "}":
+# braces where a command starts; "fdef)": the `()` of a function definition).
+SYNTAX_RULES: dict[str, tuple[str, ...]] = {
+    **{op: _NO_COMMAND_YET for op in _OPERATORS},
+    ")": ("start", "(", "{", "&&", "||", "|", "|&", "redir"),
+    "}": ("{", "&&", "||", "|", "|&", "redir", *_BODY_KEYWORDS),
+    "word": _ENDS,  # `( a ) b`, `{ a; } b`, `fi b`
+    "\n": ("redir",),
+    "end": ("&&", "||", "|", "|&", "redir"),
+}
+_OPENER = {")": "(", "}": "{"}
+
+
+def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
+    """A word's key: a reserved word or a brace where a command starts (a closer also right
+    after a compound command), ``!`` / ``time`` / ``coproc`` there, else ``word``."""
+    starts = prev in _COMMAND_STARTS
+    closes = prev in _ENDS or (starts and prev not in _PREFIXES)  # `time fi` runs `fi`
+    if (closes and word in _CLOSERS) or (starts and word in KEYWORDS and word not in _CLOSERS):
+        return word
+    if starts and (word == "{" or word in _PREFIXES):
+        return word
+    if word == "esac" and len(keyed) > 2 and keyed[-3][0] == "case" and keyed[-1][1].value == "in":
+        return word  # `case x in esac`
+    if word == "{" and len(keyed) > 1 and keyed[-2][1].value == "function" and prev == "word":
+        return word  # `function NAME { …; }`
+    return "word"
+
+
+def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
+    """Each token with the key the tables know it by. The words of ``[[ … ]]`` are plain
+    words; a ``case``'s `)` and `;;` are ``case)`` / ``case;;``."""
+    in_case = any(t.kind == "word" and t.value == "case" for t in toks)
+    out: list[tuple[str, _Tok]] = []
+    prev, in_test = "start", False
+    for k, t in enumerate(toks):
+        key = t.value if t.kind == "op" else t.kind
+        if in_test or (t.kind == "word" and t.value == "[[" and prev in _COMMAND_STARTS):
+            in_test, key = t.value != "]]", "word"
+        elif in_case and key in (")", ";;"):
+            key = "case" + key
+        elif key == "(" and k and toks[k - 1].kind == "word" and toks[k + 1 : k + 2]:
+            nxt = toks[k + 1]
+            key = "fdef(" if nxt.kind == "op" and nxt.value == ")" else key  # `name ()`
+        elif key == ")" and prev == "fdef(":
+            key = "fdef)"
+        elif t.kind == "word":
+            key = _word_key(t.value, prev, out)
+        out.append((key, t))
+        prev = key
+    return out
+
+
+def syntax_errors(toks: list[_Tok]) -> list[str]:
+    """What the shell would refuse the tokens for (first found first)."""
+    errors: list[str] = []
+    prev, depth, open_ = "start", {"(": 0, "{": 0}, []
+    for key, t in [*syntax_keys(toks), ("end", _Tok("end", "end", -1, -1))]:
+        found = _token_error(key, t, prev, depth) or _keyword_error(key, open_)
+        if found:
+            errors.append(found)
+        if key in depth:
+            depth[key] += 1
+        elif key in _OPENER:
+            depth[_OPENER[key]] = max(0, depth[_OPENER[key]] - 1)
+        prev = key
+    return errors
+
+
+def _token_error(key: str, t: _Tok, prev: str, depth: dict[str, int]) -> str | None:
+    if key == ";;":
+        return "syntax error near unexpected token `;;` (only a `case` uses it)"
+    if prev in SYNTAX_RULES.get(key, ()):
+        if key != "end":
+            return f"syntax error near unexpected token `{t.value.replace(chr(10), 'newline')}`"
+        if prev == "redir":
+            return "syntax error: the redirection at the end names no file"
+        return f"the chain ends with '{prev}'"
+    if key in _OPENER and depth[_OPENER[key]] == 0:
+        return f"syntax error near unexpected token `{key}`: no `{_OPENER[key]}` opens it"
+    if key == "end" and depth["{"]:
+        return "syntax error: unexpected end of text: a `{` is not closed by a `}`"
+    return None
+
+
+def _keyword_error(key: str, open_: list[str]) -> str | None:
+    """Keep the stack of open constructs (``open_``); what is wrong with ``key`` there."""
+    if key == "end" and open_:
+        return f"syntax error: unexpected end of text: `{CLOSED_BY[open_[-1]]}` is missing"
+    if key not in KEYWORDS:
+        return None
+    needs, opens = KEYWORDS[key]
+    if needs:
+        if not open_ or open_[-1] not in needs:
+            return f"syntax error near unexpected token `{key}`"
+        open_.pop()
+    if opens:
+        open_.append(opens)
+    return None
