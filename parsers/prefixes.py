@@ -135,6 +135,12 @@ class PrefixFinder:
     def state(self) -> list[list[Any]]:
         return [list(s) for s in self.shapes]
 
+    @property
+    def live(self) -> bool:
+        """Whether a learned shape is applied (else a line that starts with SGLang's own
+        prefix is returned as it is by ``strip``)."""
+        return self._rx is not None
+
     def _compile(self) -> None:
         # the most seen first: the first alternative that matches is the one stripped
         live = [s for s, n in sorted(self.shapes, key=lambda x: -x[1]) if n >= LEARN_AFTER]

@@ -46,7 +46,7 @@ def prepare(
 
     ``boundaries``: (line, run_index) where a run starts within these lines; before the first
     the run is ``start_run``."""
-    batch = _with_run(batch.select("line", "text"), boundaries, start_run)
+    batch = run_of_lines(batch.select("line", "text"), boundaries, start_run)
     t = pl.col("text")
     if batch["text"].str.contains("\r", literal=True).any():
         batch = batch.with_columns(t.str.split("\r").list.last().alias("text"))
@@ -73,7 +73,7 @@ def prepare(
     return parts.with_columns(ts.alias("ts")), int(n_dec or 0)
 
 
-def _with_run(
+def run_of_lines(
     batch: pl.DataFrame, boundaries: list[tuple[int, int]], start_run: int
 ) -> pl.DataFrame:
     """Each line with the run in force at it."""

@@ -8,7 +8,6 @@ line, in file order, through the rule table (parsers/sglang/rules.py).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ import polars as pl
 from forensics_parsers import wrappers as W
 from forensics_parsers.prefixes import PrefixFinder
 from forensics_parsers.secrets import redact_lines
+from forensics_parsers.sglang import bulk as bulk_
 from forensics_parsers.sglang import metrics
 from forensics_parsers.sglang import runs as runs_
 from forensics_parsers.sglang import traceback as tb_
@@ -25,6 +25,7 @@ from forensics_parsers.sglang.frames import (
     EVENT_SCHEMA,
     LINE_SCHEMA,
     Frames,
+    empty,
 )
 from forensics_parsers.sglang.metrics import extract_batch
 from forensics_parsers.sglang.rules import (
@@ -35,13 +36,12 @@ from forensics_parsers.sglang.rules import (
     find_rule,
     style_of,
 )
-from forensics_parsers.sglang.server_args import config_from_server_args, parse_server_args
+from forensics_parsers.sglang.server_args import configure
 from forensics_parsers.sglang.stages import mem_figures
-from forensics_parsers.sglang.text import find_eol, rfind_eol, to_dt, ts_of
+from forensics_parsers.sglang.text import chunk_text, find_eol, rfind_eol, to_dt, ts_of
 
 MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
 MAX_TEXT = 4000  # text kept per line in the `lines` frame
-MAX_ACCESS_LINES = 100_000  # uvicorn access lines kept per chunk in the `lines` frame
 _IS_BATCH = pl.col("text").str.contains(metrics.BATCH_HEAD)
 # Secrets: one choke point, ``redact_lines`` in ``LogParser._lines_of`` (parsers/secrets.py).
 
@@ -53,6 +53,7 @@ class _Chunk:
     events: list[dict[str, Any]] = field(default_factory=list)
     lines: list[dict[str, Any]] = field(default_factory=list)
     boundaries: list[tuple[int, int]] = field(default_factory=list)  # (line, run) a run starts
+    stamps: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) in file order
     counts: dict[str, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -84,8 +85,12 @@ class LogParser:
         state: dict[str, Any] | None = None,
         name_pattern: str | None = None,
         date_hint: str | None = None,
+        bulk: bool = True,
     ):
         self.source = source
+        self.bulk = (
+            bulk  # common lines read in polars (parsers/sglang/bulk.py); False: all in Python
+        )
         self.name_pattern = name_pattern
         st = state or {}
         self.line_no: int = st.get("line_no", 0)  # physical lines consumed so far
@@ -101,6 +106,7 @@ class LogParser:
         self._finder = PrefixFinder(st.get("prefixes"))
         self._json_carry: str = st.get("json_carry", "")
         self._closed_tbs: list[dict[str, Any]] = []
+        self._started: dict[int, int] = {}  # run -> the line that set its started_at, this chunk
         if not self.runs:
             self.runs[0] = runs_.new_run(1)
 
@@ -234,17 +240,24 @@ class LogParser:
 
     def _parse_split(self, data: bytes, *, partial: bool) -> tuple[Frames, pl.DataFrame | None]:
         ck = _Chunk()
+        self._started = {}
         text = self._text_of(data, ck, partial)
         if text is None:
             return Frames(stats=ck.stats), None  # only an unfinished piece so far
         df = self._lines_of(text, ck, partial)
         batch = df.filter(pl.col("batch"))
-        other = df.filter(~pl.col("batch"))
+        other = df.filter(~pl.col("batch")).select("line", "text")
 
-        # 1) the Python path, in file order: runs, stages, errors, other lines
+        # 1) the Python path, in file order: runs, stages, errors, the rare lines; the common
+        # ones (bulk) in polars, their effect on the runs after
         start_run = self.run_index
-        for line_no, raw in other.select("line", "text").iter_rows():
-            self._physical_line(ck, line_no, raw)
+        quick = bulk_.split(other, self.date_hint, MAX_LINE) if self._bulk_ok() else None
+        if quick is None:
+            self._python_lines(ck, other)
+            quick = bulk_.empty()
+        else:
+            quick = self._python_lines_between(ck, other, *quick)
+        quick = self._after_python(ck, quick, start_run)
 
         # 2) the vectorised path: Prefill / Decode batch lines
         # (runs and counts now; the fields by extract_batch, see feed_split)
@@ -255,8 +268,11 @@ class LogParser:
         out = Frames(counts={k: v for k, v in ck.counts.items() if v}, stats=ck.stats)
         if ck.events:
             out.events = pl.DataFrame(ck.events, schema=EVENT_SCHEMA)
-        if ck.lines:
-            out.lines = pl.DataFrame(ck.lines, schema=LINE_SCHEMA)
+        out.lines = bulk_.lines_frame(
+            pl.DataFrame(ck.lines, schema=LINE_SCHEMA) if ck.lines else empty("lines"),
+            quick,
+            MAX_TEXT,
+        )
         if self._closed_tbs:
             out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
             self._closed_tbs = []
@@ -264,36 +280,9 @@ class LogParser:
         return out, prepared
 
     def _text_of(self, data: bytes, ck: _Chunk, partial: bool) -> str | None:
-        """The chunk's text: NUL bytes dropped, decoded, JSON records unwrapped, ANSI removed
-        (None while a JSON record is unfinished)."""
-        nul = data.count(b"\x00") if b"\x00" in data else 0  # (`in` stops at the first)
-        if nul:
-            ck.stats["nul_bytes"] = nul
-            data = data.replace(b"\x00", b"")
-        text = data.decode("utf-8", errors="replace")
-        bad = text.count("\ufffd")
-        if bad:
-            ck.stats["decode_errors"] = bad
-        if text.endswith("\n"):
-            text = text[:-1]
-        sniff = self._sniff or {}
-        wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
-        if wrapper is not None and not wrapper.keeps_lines:
-            # JSON lines: the text of each record; Docker's split records joined again
-            params = sniff["params"]
-            raw = pl.Series("text", text.split("\n") if data else [], dtype=pl.String)
-            text, self._json_carry = W.join_json(
-                wrapper.unwrap(raw, params) if len(raw) else raw,
-                self._json_carry,
-                params["terminated"],
-                final=partial,
-            )
-            if text is None:
-                return None
-        if "\x1b" in text:
-            n0 = len(text)
-            text = ANSI_RX.sub("", text)
-            ck.stats["ansi_stripped"] = n0 - len(text)
+        text, self._json_carry = chunk_text(
+            data, self._sniff or {}, self._json_carry, partial, ck.stats
+        )
         return text
 
     def _lines_of(self, text: str, ck: _Chunk, partial: bool) -> pl.DataFrame:
@@ -319,6 +308,54 @@ class LogParser:
         if "\r" in text:
             df = df.with_columns(pl.col("text").str.strip_chars_end("\r"))
         return df.with_columns(_IS_BATCH.alias("batch"))
+
+    def _bulk_ok(self) -> bool:
+        return self.bulk and not self._finder.live
+
+    def _python_lines(self, ck: _Chunk, lines: pl.DataFrame) -> None:
+        for line_no, raw in lines.iter_rows():
+            self._physical_line(ck, line_no, raw)
+
+    def _python_lines_between(
+        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, rare: pl.DataFrame
+    ) -> pl.DataFrame:
+        """The rare lines in Python, in file order, with what the bulk lines between them do
+        to the sequential state: a bulk line is prefixed, so it closes an open traceback; if
+        the prefix finder learns a transport prefix on the way, the lines after go through
+        Python too. -> the bulk lines that stayed bulk."""
+        gaps = bulk_.gaps(quick, rare)
+        done = 0  # the last line handled
+        for line_no, raw in rare.iter_rows():
+            if line_no in gaps:
+                if not self._bulk_ok():
+                    return self._fall_back(ck, other, quick, done)
+                self._closed_by_prefixed(gaps[line_no])
+            self._physical_line(ck, line_no, raw)
+            done = line_no
+        if gaps.get(None) is not None:
+            if not self._bulk_ok():
+                return self._fall_back(ck, other, quick, done)
+            self._closed_by_prefixed(gaps[None])
+        return quick
+
+    def _fall_back(
+        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, done: int
+    ) -> pl.DataFrame:
+        self._python_lines(ck, other.filter(pl.col("line") > done))
+        return quick.filter(pl.col("line") < done)
+
+    def _after_python(self, ck: _Chunk, quick: pl.DataFrame, start_run: int) -> pl.DataFrame:
+        """The bulk lines' effect: their runs (the run in force at each), counts, extents,
+        and the timestamp order over every non-metrics line of the chunk."""
+        if not quick.is_empty():
+            quick = metrics.run_of_lines(quick, ck.boundaries, start_run)
+            for kind, n in bulk_.counts(quick).items():
+                ck.bump(kind, n)
+            bulk_.touch_runs(self.runs, quick, self._started)
+        n, self.last_ts = bulk_.disorder(ck.stamps, quick, self.last_ts)
+        if n:
+            ck.stat("ts_out_of_order", n)
+        return quick
 
     def _physical_line(self, ck: _Chunk, line_no: int, raw: str) -> None:
         """One physical non-metrics line: cut if huge; progress-bar frames (``\\r``) collapsed
@@ -349,9 +386,7 @@ class LogParser:
             return _Line(line_no, raw, None, "", False)
         ts = ts_of(m, self.date_hint)
         if ts is not None:
-            if self.last_ts and ts < self.last_ts:
-                ck.stat("ts_out_of_order")
-            self.last_ts = ts
+            ck.stamps.append((line_no, ts))  # their order is checked with the bulk lines'
         return _Line(line_no, raw[m.end() :], ts, (m.group("tags") or "").strip(), ts is not None)
 
     def _handle_line(self, ck: _Chunk, line_no: int, raw: str, *, count: bool) -> None:
@@ -397,10 +432,20 @@ class LogParser:
                 self._tb_add(ln.no, ln.msg)
                 return True
             return False
-        if ln.prefixed and ln.rank != tb["rank"] and not tb["exc_type"]:
-            tb["ambiguous"] = True  # P08: ranks interleaved mid-traceback
-        self._close_traceback()
+        if ln.prefixed:
+            self._closed_by_prefixed(ln.rank)
+        else:
+            self._close_traceback()
         return False
+
+    def _closed_by_prefixed(self, rank: str) -> None:
+        """A prefixed line closes an open traceback; one of another rank before the exception
+        line marks it ambiguous (P08: ranks interleaved mid-traceback)."""
+        tb = self._tb
+        if tb is not None:
+            if rank != tb["rank"] and not tb["exc_type"]:
+                tb["ambiguous"] = True
+            self._close_traceback()
 
     def _ruled_line(self, ck: _Chunk, ln: _Line, stripped: str, rule: Rule, mm: Any) -> None:
         """A line some rule of RULES matched: what its row says to do."""
@@ -417,7 +462,7 @@ class LogParser:
         if tag is not None and tag not in run["style"]:
             run["style"].append(tag)
         if rule.kind == "config":
-            self._configure(run, mm.group("args"))
+            configure(run, mm.group("args"))
         if rule.kind == "traceback":
             groups = mm.groupdict()
             self._open_traceback(ln, groups.get("component") or "")
@@ -430,17 +475,7 @@ class LogParser:
             self._closed_tbs.append(self._error_row(ln, stripped, rule.name))
         if rule.stage is not None:
             self._event(ck, run, ln, rule, mm)
-        if rule.kind != "access" or len(ck.lines) < MAX_ACCESS_LINES:
-            self._emit_line(ck, ln, rule.name)
-
-    def _configure(self, run: dict[str, Any], text: str) -> None:
-        args = parse_server_args(text)
-        run["has_args"] = True
-        run["config"] = config_from_server_args(args)
-        run["config_source"] = "server_args"
-        run["server_args"] = json.dumps(args, default=str, sort_keys=True, ensure_ascii=False)[
-            :200_000
-        ]
+        self._emit_line(ck, ln, rule.name)  # (access lines past a cap: bulk.lines_frame)
 
     def _error_row(self, ln: _Line, stripped: str, kind: str) -> dict[str, Any]:
         exc = tb_.EXC_LINE_RX.match(stripped)
@@ -476,6 +511,7 @@ class LogParser:
         if ts is not None:
             if run["started_at"] is None:
                 run["started_at"] = ts
+                self._started[self.run_index] = line_no  # (bulk lines before it win)
             if run["ended_at"] is None or ts > run["ended_at"]:
                 run["ended_at"] = ts
 

@@ -49,6 +49,7 @@ ANSI_PATTERN = r"\x1b\[[0-9;?]*[ -/]*[@-~]"
 # patterns overlap.
 # --------------------------------------------------------------------------------------
 QUIET_KINDS = frozenset({"noise", "access", "progress"})  # lines that alone make no run
+ACTIVE_KINDS = frozenset({"config", "traceback", "error"})  # lines the parser acts on
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,19 @@ class Rule:
     starts_run: bool = False  # in a run that has begun, this line begins the next launch
     style: tuple[str, str] | None = None  # (version tag, regex searched on the message)
     content: bool | None = None  # None: every kind but QUIET_KINDS
+
+    @property
+    def inert(self) -> bool:
+        """A line of this rule does nothing but be counted, extend its run and be kept in
+        ``lines``: no stage, event, run start, style, configuration, traceback or error row
+        (such lines may be read in bulk: parsers/sglang/bulk.py)."""
+        return (
+            self.stage is None
+            and self.event is None
+            and not self.starts_run
+            and self.style is None
+            and self.kind not in ACTIVE_KINDS
+        )
 
     @property
     def marks_content(self) -> bool:
@@ -306,7 +320,7 @@ def _top_alternatives(pattern: str) -> list[str]:
     return out
 
 
-def _scoped(pattern: str) -> str:
+def scoped(pattern: str) -> str:
     """A leading ``(?i)`` becomes a scoped ``(?i:...)`` so patterns can be combined."""
     if pattern.startswith("(?i)"):
         return "(?i:" + pattern[4:] + ")"
@@ -324,8 +338,8 @@ _ANCHORED = [
     )
 ]
 _FLOATING = [i for i in range(len(RULES)) if i not in _ANCHORED]
-_ANCHORED_RX = re.compile("|".join(f"(?P<r{i}>{_scoped(RULES[i].pattern)})" for i in _ANCHORED))
-_FLOATING_RX = re.compile("|".join(_scoped(RULES[i].pattern) for i in _FLOATING))
+_ANCHORED_RX = re.compile("|".join(f"(?P<r{i}>{scoped(RULES[i].pattern)})" for i in _ANCHORED))
+_FLOATING_RX = re.compile("|".join(scoped(RULES[i].pattern) for i in _FLOATING))
 
 
 def find_rule(msg: str) -> tuple[Rule, re.Match[str]] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import Any
 
@@ -107,3 +108,12 @@ def config_from_server_args(args: dict[str, Any]) -> dict[str, Any]:
         "mem_fraction": num("mem_fraction_static"),
         "decode_log_interval": num("decode_log_interval"),
     }
+
+
+def configure(run: dict[str, Any], text: str) -> None:
+    """A run's configuration from the text of its ``server_args=`` line."""
+    args = parse_server_args(text)
+    run["has_args"] = True
+    run["config"] = config_from_server_args(args)
+    run["config_source"] = "server_args"
+    run["server_args"] = json.dumps(args, default=str, sort_keys=True, ensure_ascii=False)[:200_000]

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import Any
+
+import polars as pl
+
+from forensics_parsers import wrappers as W
+from forensics_parsers.sglang.rules import ANSI_RX
 
 
 def find_eol(buf: bytes, cr: bool) -> int:
@@ -50,3 +56,39 @@ def ts_of(m: re.Match[str], date_hint: str) -> str | None:
         if len(d) == 5:  # %m-%d: year from the hint
             d = date_hint[:4] + "-" + d
     return f"{d} {t}" + (f".{f[:6]}" if f else "")
+
+
+def chunk_text(
+    data: bytes, sniff: dict[str, Any], carry: str, partial: bool, stats: dict[str, int]
+) -> tuple[str | None, str]:
+    """A chunk's text: NUL bytes dropped, decoded, JSON records unwrapped (``carry``: an
+    unfinished record of the chunk before), ANSI removed -> (text, or None while a JSON record
+    is unfinished; the carry for the next chunk). Counts what it changed in ``stats``."""
+    nul = data.count(b"\x00") if b"\x00" in data else 0  # (`in` stops at the first)
+    if nul:
+        stats["nul_bytes"] = nul
+        data = data.replace(b"\x00", b"")
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    if bad:
+        stats["decode_errors"] = bad
+    if text.endswith("\n"):
+        text = text[:-1]
+    wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
+    if wrapper is not None and not wrapper.keeps_lines:
+        # JSON lines: the text of each record; Docker's split records joined again
+        params = sniff["params"]
+        raw = pl.Series("text", text.split("\n") if data else [], dtype=pl.String)
+        text, carry = W.join_json(
+            wrapper.unwrap(raw, params) if len(raw) else raw,
+            carry,
+            params["terminated"],
+            final=partial,
+        )
+        if text is None:
+            return None, carry
+    if "\x1b" in text:
+        n0 = len(text)
+        text = ANSI_RX.sub("", text)
+        stats["ansi_stripped"] = n0 - len(text)
+    return text, carry
