@@ -96,6 +96,8 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global INTERRUPTED_SAID
+    INTERRUPTED_SAID = False  # per call: tests call main in one process
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
         os.environ.get("FORENSICS_DEBUG")
     )
@@ -107,15 +109,13 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"Error: {redact_url(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("Interrupted.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _say_interrupted()
     except KeyboardInterrupt:
         try:  # the same Ctrl-C's second KeyboardInterrupt, if pending (see forensics.errors)
             time.sleep(0)
         except KeyboardInterrupt:
             pass
-        click.echo("Interrupted.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _say_interrupted()
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -135,6 +135,18 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _say_interrupted() -> None:
+    """The one line of a Ctrl-C, once (forensics.entry says it only when this did not)."""
+    global INTERRUPTED_SAID
+    if not INTERRUPTED_SAID:
+        INTERRUPTED_SAID = True
+        click.echo("Interrupted.", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+INTERRUPTED_SAID = False
 
 
 def _close_hosts() -> None:

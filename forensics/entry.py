@@ -30,17 +30,18 @@ signal.signal(signal.SIGINT, _while_importing)
 
 
 def main(argv: list[str] | None = None) -> None:
-    running = False
     try:
         from forensics.cli import main as cli_main
 
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        running = True
         cli_main(argv)
     except KeyboardInterrupt:
-        # one escaping forensics.cli.main came while it was already saying so (a second
-        # Ctrl-C, or the same one's second KeyboardInterrupt: forensics.errors): no second line
-        _interrupted(say=not running)
+        # before forensics.cli.main's handling, or escaping it (a second KeyboardInterrupt of
+        # the same Ctrl-C, forensics.errors): one line, unless it said it already
+        import sys
+
+        cli = sys.modules.get("forensics.cli")
+        _interrupted(say=not getattr(cli, "INTERRUPTED_SAID", False))
 
 
 def _interrupted(*, say: bool) -> None:
