@@ -11,7 +11,11 @@ eagle_utils.py``); ``source`` names the place. ``action`` says what the sweep do
   skipped as a duplicate of the first).
 
 A config is a dict of SGLang server-argument names (``speculative_num_steps``, ...) to values,
-with ``None`` for flags not given. Add a rule by adding a row.
+with ``None`` for flags not given. Add a rule by adding a row: what it is about (``when``),
+whether it holds only for the EAGLE family (``eagle``) and only when topk is not 1
+(``needs_topk1``: settings that make the draft a chain), and its reason, a template over the
+config's values (:func:`_values`: the config's keys, and ``steps``, ``topk``, ``ndt``,
+``candidates``, ``capacity``, ``chain``).
 """
 
 from __future__ import annotations
@@ -50,128 +54,121 @@ def _tree_capacity(cfg: Config) -> int | None:
     return topk + (steps - 1) * topk * topk
 
 
+def _values(cfg: Config) -> dict[str, Any]:
+    """What a reason template may name: the config's keys and the derived figures."""
+    steps = _int(cfg, "speculative_num_steps")
+    ndt = _int(cfg, "speculative_num_draft_tokens")
+    return {
+        **cfg,
+        "steps": steps,
+        "topk": _int(cfg, "speculative_eagle_topk"),
+        "ndt": ndt,
+        "candidates": None if ndt is None else ndt - 1,  # draft tokens besides the root
+        "capacity": _tree_capacity(cfg),
+        "chain": None if steps is None else steps + 1,  # a topk-1 draft: one token a step
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class Constraint:
     id: str
     action: str  # skip | adjust
-    applies: Callable[[Config], bool]
-    reason: Callable[[Config], str]
+    when: Callable[[dict[str, Any]], bool]  # over _values(config)
+    why: str  # a template over _values(config)
     source: str
-    adjust: Callable[[Config], Config] | None = None
+    eagle: bool = True  # only for the EAGLE family (EAGLE, EAGLE3, NEXTN, STANDALONE)
+    needs_topk1: bool = False  # fires only when topk is given and is not 1
+    adjust: Callable[[dict[str, Any]], Config] | None = None  # over _values(config)
+
+    def applies(self, cfg: Config) -> bool:
+        if self.eagle and not _eagle(cfg):
+            return False
+        v = _values(cfg)
+        if self.needs_topk1 and (v["topk"] or 1) == 1:
+            return False
+        return bool(self.when(v))
+
+    def reason(self, cfg: Config) -> str:
+        return self.why.format_map(_values(cfg))
+
+    def adjusted(self, cfg: Config) -> Config:
+        return {**cfg, **self.adjust(_values(cfg))} if self.adjust else cfg
 
 
 CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint(
         id="topk-without-steps",
         action="skip",
-        applies=lambda c: (
-            _eagle(c)
-            and c.get("speculative_num_steps") is None
-            and (
-                c.get("speculative_eagle_topk") is not None
-                or c.get("speculative_num_draft_tokens") is not None
-            )
-        ),
-        reason=lambda c: (
-            "--speculative-eagle-topk/--speculative-num-draft-tokens without "
-            "--speculative-num-steps: SGLang asserts they are unset when it picks the steps "
-            "itself (AssertionError at startup)"
-        ),
+        when=lambda v: v["steps"] is None and (v["topk"] is not None or v["ndt"] is not None),
+        why="--speculative-eagle-topk/--speculative-num-draft-tokens without "
+        "--speculative-num-steps: SGLang asserts they are unset when it picks the steps "
+        "itself (AssertionError at startup)",
         source="speculative_hook.py _handle_eagle_family (auto params assert)",
     ),
     Constraint(
         id="draft-tokens-exceed-tree",
         action="skip",
-        applies=lambda c: (
-            _eagle(c)
-            and _int(c, "speculative_num_draft_tokens") is not None
-            and _tree_capacity(c) is not None
-            and int(c["speculative_num_draft_tokens"]) - 1 > (_tree_capacity(c) or 0)
-            and _int(c, "speculative_eagle_topk") != 1
+        when=lambda v: (
+            v["ndt"] is not None
+            and v["capacity"] is not None
+            and v["candidates"] > v["capacity"]
+            and v["topk"] != 1
         ),
-        reason=lambda c: (
-            f"num_draft_tokens {c['speculative_num_draft_tokens']} needs "
-            f"{int(c['speculative_num_draft_tokens']) - 1} candidates but "
-            f"{c['speculative_num_steps']} steps of topk {c['speculative_eagle_topk']} offer "
-            f"{_tree_capacity(c)} (topk + (steps-1)*topk^2): torch.topk fails with "
-            "'selected index k out of range' in the first forward (CUDA-graph capture)"
-        ),
+        why="num_draft_tokens {ndt} needs {candidates} candidates but {steps} steps of topk "
+        "{topk} offer {capacity} (topk + (steps-1)*topk^2): torch.topk fails with 'selected "
+        "index k out of range' in the first forward (CUDA-graph capture)",
         source="eagle_utils.py organize_draft_results (torch.topk(score_list, ndt - 1))",
     ),
     Constraint(
         id="topk1-sets-draft-tokens",
         action="adjust",
-        applies=lambda c: (
-            _eagle(c)
-            and _int(c, "speculative_eagle_topk") == 1
-            and _int(c, "speculative_num_steps") is not None
-            and _int(c, "speculative_num_draft_tokens") != int(c["speculative_num_steps"]) + 1
-        ),
-        reason=lambda c: (
-            "topk 1 makes the draft a chain: SGLang sets num_draft_tokens to num_steps + 1 = "
-            f"{int(c['speculative_num_steps']) + 1} (warning 'speculative_num_draft_tokens is "
-            "adjusted to speculative_num_steps + 1')"
-        ),
+        when=lambda v: v["topk"] == 1 and v["steps"] is not None and v["ndt"] != v["chain"],
+        why="topk 1 makes the draft a chain: SGLang sets num_draft_tokens to num_steps + 1 = "
+        "{chain} (warning 'speculative_num_draft_tokens is adjusted to "
+        "speculative_num_steps + 1')",
         source="speculative_hook.py _handle_eagle_family",
-        adjust=lambda c: {
-            **c,
-            "speculative_num_draft_tokens": int(c["speculative_num_steps"]) + 1,
-        },
+        adjust=lambda v: {"speculative_num_draft_tokens": v["chain"]},
     ),
     Constraint(
         id="rejection-sampling-needs-topk1",
         action="skip",
-        applies=lambda c: (
-            bool(c.get("speculative_use_rejection_sampling"))
-            and (_int(c, "speculative_eagle_topk") or 1) != 1
-        ),
-        reason=lambda c: (
-            "--speculative-use-rejection-sampling requires --speculative-eagle-topk=1 "
-            "(ValueError at startup)"
-        ),
+        when=lambda v: bool(v.get("speculative_use_rejection_sampling")),
+        why="--speculative-use-rejection-sampling requires --speculative-eagle-topk=1 "
+        "(ValueError at startup)",
         source="speculative_hook.py _handle_eagle_family",
+        eagle=False,
+        needs_topk1=True,
     ),
     Constraint(
         id="trtllm-mha-needs-topk1",
         action="skip",
-        applies=lambda c: (
-            _eagle(c)
-            and c.get("attention_backend") == "trtllm_mha"
-            and (_int(c, "speculative_eagle_topk") or 1) > 1
-        ),
-        reason=lambda c: (
-            "trtllm_mha backend only supports topk = 1 for speculative decoding (ValueError)"
-        ),
+        when=lambda v: v.get("attention_backend") == "trtllm_mha",
+        why="trtllm_mha backend only supports topk = 1 for speculative decoding (ValueError)",
         source="speculative_hook.py _handle_eagle_family",
+        needs_topk1=True,
     ),
     Constraint(
         id="paged-tree-backend",
         action="skip",
-        applies=lambda c: (
-            _eagle(c)
-            and (_int(c, "speculative_eagle_topk") or 1) > 1
-            and (_int(c, "page_size") or 1) > 1
-            and c.get("attention_backend") is not None
-            and c.get("attention_backend") not in ("flashinfer", "fa3", "triton")
+        when=lambda v: (
+            (_int(v, "page_size") or 1) > 1
+            and v.get("attention_backend") not in (None, "flashinfer", "fa3", "triton")
         ),
-        reason=lambda c: (
-            f"topk > 1 with page_size {c['page_size']} is only supported on flashinfer, fa3 "
-            f"and triton; attention_backend is {c['attention_backend']} (ValueError)"
-        ),
+        why="topk > 1 with page_size {page_size} is only supported on flashinfer, fa3 and "
+        "triton; attention_backend is {attention_backend} (ValueError)",
         source="speculative_hook.py _handle_eagle_family (_PAGE_TREE_SPEC_BACKENDS)",
+        needs_topk1=True,
     ),
     Constraint(
         id="draft-model-needs-topk1",
         action="skip",
-        applies=lambda c: (
-            bool(c.get("drafter_topk1")) and (_int(c, "speculative_eagle_topk") or 1) > 1
-        ),
-        reason=lambda c: (
-            "the sweep file marks this drafter as chain-only (drafter_topk1 = true, e.g. an MTP "
-            "head or a DSA-DCP model: 'requires --speculative-eagle-topk 1'); topk "
-            f"{c.get('speculative_eagle_topk')} is refused at startup"
-        ),
+        when=lambda v: bool(v.get("drafter_topk1")),
+        why="the sweep file marks this drafter as chain-only (drafter_topk1 = true, e.g. an "
+        "MTP head or a DSA-DCP model: 'requires --speculative-eagle-topk 1'); topk {topk} is "
+        "refused at startup",
         source="speculative_hook.py _handle_iquest_q1_mtp_draft, model_overrides/deepseek_v2.py",
+        eagle=False,
+        needs_topk1=True,
     ),
 )
 
@@ -189,8 +186,7 @@ def check(cfg: Config) -> tuple[Config, list[tuple[Constraint, str]]]:
         fired.append((rule, rule.reason(cur)))
         if rule.action == "skip":
             break
-        if rule.adjust is not None:
-            cur = rule.adjust(cur)
+        cur = rule.adjusted(cur)
     return cur, fired
 
 
