@@ -3,7 +3,8 @@
 sim-mix plus one config whose job is given too little memory: every config ends as it does
 locally, and the starved job is diagnosed from Slurm (its state and exit code from
 `scontrol show job`, slurmstepd's line in the job's own output file: there is no slurmdbd,
-so no sacct).
+so no sacct); a job cancelled by Slurm's time limit is job-timeout (about 50 s, mostly waiting
+for slurmctld's 30-second limit check).
 """
 
 from __future__ import annotations
@@ -123,3 +124,83 @@ def test_kill_9_of_the_controller_then_resume_follows_the_running_job(slurm_env,
     assert [e["data"]["job_id"] for e in evs if e["event"] == "submit"] == [job]
     res = unit_state(evs)[key]["result"]
     assert (res["outcome"], res["job_id"]) == ("ok", job) and res["tok_s"] > 10
+
+
+def test_a_job_past_its_time_limit_is_diagnosed_as_timeout(slurm_env, tmp_path):
+    """Slurm's own time limit, for real: the job's server hangs at load (its health deadline
+    far away), and once the job runs its end time is moved to now (``scontrol update
+    EndTime``, as an admin would; Slurm's smallest ``--time`` is a minute). slurmctld's time
+    check (every 30 s) cancels it with state TIMEOUT and slurmstepd's "DUE TO TIME LIMIT"
+    line: the sweep says job-timeout with the fix, and nothing of the job is left."""
+    import subprocess
+    import sys
+    import time
+
+    from forensics.sweep.journal import Journal, unit_state
+
+    path = tmp_path / "late.toml"
+    path.write_text(
+        "\n".join(
+            [
+                'name = "late"',
+                "baseline = false",
+                "[base]",
+                'server = ["python3", "-m", "sglang.launch_server", "--model-path", "sim://m",',
+                '          "--speculative-algorithm", "EAGLE3",',
+                '          "--speculative-draft-model-path", "/d/4"]',
+                "health_deadline_s = 240",
+                "stop_grace_s = 5",
+                "min_free_mb = 0",
+                "[[configs]]",
+                "speculative_num_steps = 3",
+                "speculative_eagle_topk = 1",
+                "[bench]",
+                "num_prompts = 2",
+                "[sim]",
+                "speed = 60",
+                "[[sim.inject]]",
+                "when = { speculative_num_steps = 3 }",
+                'flags = ["--sim-hang", "load"]',
+                "[slurm]",
+                f'partition = "{slurm_env.partition}"',
+                'mem = "1G"',
+                'time = "10"',
+                "",
+            ]
+        )
+    )
+    cmd = [sys.executable, "-m", "forensics", "sweep", str(path), "--executor", "slurm"]
+    p = subprocess.Popen(
+        [*cmd, "--poll", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    store = Store.open()
+    key = "sglang_eagle3_cg_3step_topk1_4dt#1"
+    try:
+        deadline = time.monotonic() + 60
+        job = None
+        while time.monotonic() < deadline and job is None:
+            job = unit_state(Journal(store, "late").events()).get(key, {}).get("job")
+            time.sleep(0.3)
+        assert job, "the job was never submitted"
+        while time.monotonic() < deadline:
+            if "RUNNING" in slurm_env.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
+                break
+            time.sleep(0.3)
+        info = slurm_env.run("scontrol", "show", "job", "-o", job).stdout
+        assert "TimeLimit=00:10:00" in info  # the sweep file's time went to sbatch
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        slurm_env.run("scontrol", "update", f"JobId={job}", f"EndTime={now}")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, out[-2000:] + err[-2000:] + slurm_env.logs()
+    (c,) = json.loads(out[out.index("{") :])["configs"]
+    assert (c["outcome"], c["phase"], c["cause_id"]) == ("failed", "job", "job-timeout"), c
+    res = unit_state(Journal(store, "late").events())[key]["result"]
+    assert (res["job_state"], c["job_id"]) == ("TIMEOUT", job)
+    assert "Slurm cancelled the job at its time limit" in c["cause"]
+    assert "raise [slurm] time" in c["cause"]
+    assert no_group_left(store) == []
+    assert slurm_env.run("squeue", "-h", "-o", "%i").stdout.strip() == ""
