@@ -27,9 +27,15 @@ measures), ``storage`` (its rows in the store, accept length from the log, the b
 from forensics.bench.client import RequestResult, read_capped
 from forensics.bench.config import (
     APIS,
+    BODIES_PER_STATUS,
     BOUNDS,
+    DEADLINE_GRACE_S,
     ENDPOINTS,
+    HEALTH_EVERY_MIN,
     HEALTH_TIMEOUT,
+    MAX_BODY,
+    MAX_JSON_BODY,
+    MAX_SMALL_BODY,
     MAX_SSE_EVENT,
     REASONS,
     BenchConfig,
@@ -41,6 +47,7 @@ from forensics.bench.health import (
     health_summary,
 )
 from forensics.bench.prompts import (
+    BUILTIN_PROMPT_WORDS,
     Prompt,
     builtin_prompts,
     load_dataset,
@@ -71,10 +78,17 @@ from forensics.bench.target import (
 
 __all__ = [
     "APIS",
+    "BODIES_PER_STATUS",
     "BOUNDS",
+    "BUILTIN_PROMPT_WORDS",
+    "DEADLINE_GRACE_S",
     "ENDPOINTS",
+    "HEALTH_EVERY_MIN",
     "HEALTH_FIELDS",
     "HEALTH_TIMEOUT",
+    "MAX_BODY",
+    "MAX_JSON_BODY",
+    "MAX_SMALL_BODY",
     "MAX_SSE_EVENT",
     "REASONS",
     "BenchConfig",
