@@ -50,7 +50,6 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    data = open(argv[0], "rb").read()
     use_bulk = "--python" not in argv
     acc: collections.Counter = collections.Counter()
     for obj, name, label in STAGES:
@@ -59,14 +58,18 @@ def main(argv: list[str]) -> int:
         acc.clear()
         p = LogParser(argv[0], date_hint="2026-11-01", bulk=use_bulk)
         feed = ext = 0.0
-        for i in range(0, len(data), CHUNK):
-            t0 = time.process_time()
-            _, prepared = p.feed_split(data[i : i + CHUNK])
-            t1 = time.process_time()
-            extract_batch(prepared)
-            feed, ext = feed + t1 - t0, ext + time.process_time() - t1
+        size = 0
+        with open(argv[0], "rb") as f:  # chunk by chunk: memory bounded by the chunk
+            chunks = iter(lambda: f.read(CHUNK), b"")
+            for chunk in chunks:
+                size += len(chunk)
+                t0 = time.process_time()
+                _, prepared = p.feed_split(chunk)
+                t1 = time.process_time()
+                extract_batch(prepared)
+                feed, ext = feed + t1 - t0, ext + time.process_time() - t1
         p.finish()
-    mb = len(data) / (1 << 20)
+    mb = size / (1 << 20)
     print(f"{argv[0]}: {mb:.0f} MB, bulk={'on' if use_bulk else 'off'}; CPU seconds:")
     print(f"  feed_split (the parser's thread)             {feed:6.3f}")
     for label, v in acc.most_common():
