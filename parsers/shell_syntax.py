@@ -68,9 +68,16 @@ def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
         return word
     if word == "esac" and len(keyed) > 2 and keyed[-3][0] == "case" and keyed[-1][1].value == "in":
         return word  # `case x in esac`
-    if word == "{" and len(keyed) > 1 and keyed[-2][1].value == "function" and prev == "word":
+    if word == "{" and prev == "word" and _after_function_name(keyed):
         return word  # `function NAME { …; }`
     return "word"
+
+
+def _after_function_name(keyed: list[tuple[str, _Tok]]) -> bool:
+    """Whether the tokens so far end in `function NAME`, `function` where a command starts."""
+    if len(keyed) < 2 or keyed[-2][1].kind != "word" or keyed[-2][1].value != "function":
+        return False
+    return (keyed[-3][0] if len(keyed) > 2 else "start") in _COMMAND_STARTS
 
 
 def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:

@@ -153,6 +153,7 @@ SYNTAX_CASES = [
     "f() { a; }",
     "f () { a; }",
     "function f { a; }",
+    "echo function g { a",  # `function` as an argument opens nothing
     "x=(1 2 3); a",
     "a=( ) b",
     "diff <(a) >(b)",
