@@ -246,7 +246,9 @@ def advise(
     ]
     if len(sections) == 1:
         return {**sections[0], "experiments": sections}
-    rules = ", ".join(f"{s['verdict']['rule']} ({s['experiment']})" for s in sections[:6])
+    rules = "; ".join(
+        f"{s['experiment']}: {s['verdict']['rule'].replace('_', ' ')}" for s in sections[:6]
+    )
     return {
         "experiment": None,
         "baseline": None,

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from forensics.baseline import as_float as _num
-
 if TYPE_CHECKING:
     import polars as pl
 
@@ -116,60 +114,156 @@ def run_points(
     df = df.with_columns(pl.col("run_index").cast(pl.Int32)).join(
         ss, on=["source_id", "run_index"], how="left"
     )
-    rows = df.to_dicts()
-    drafters: dict[str, list[str]] = {}
+    pts = _points_frame(df)
+    names = [c for c in ("path", "name", "host", "experiment") if c in df.columns]
+    logless = _logless_launches(store, df.select(names).to_dicts(), match)
+    if not logless:
+        return pts
+    pts = pl.concat([pts, pl.DataFrame(logless, infer_schema_length=None)], how="diagonal_relaxed")
+    return pts.sort("started_at", nulls_last=True, maintain_order=True).with_columns(
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("order")
+    )
+
+
+def _num_col(df: pl.DataFrame, col: str) -> pl.Expr:
+    """A stored figure as Float64 (``as_float`` over a column): null for null, NaN or text."""
+    import polars as pl
+
+    if col not in df.columns:
+        return pl.lit(None, dtype=pl.Float64)
+    return pl.col(col).cast(pl.Float64, strict=False).fill_nan(None)
+
+
+def _truthy(e: pl.Expr) -> pl.Expr:
+    return e.is_not_null() & (e != 0)
+
+
+def _points_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """Every ingested run as a point, in one pass of polars expressions: its figures (bench,
+    else server), outcome (``verdict_outcome``), label and family, drafter tag (D1, D2, ...)."""
+    import polars as pl
+
+    def col(name: str, dtype: Any = pl.String) -> pl.Expr:
+        return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype)
+
+    algo = col("spec_algorithm").cast(pl.String)
+    spec = (algo.is_not_null() & ~algo.str.to_lowercase().is_in(["none", "null", ""])).fill_null(
+        False
+    )
+    phase, hung = col("phase").cast(pl.String), col("hung", pl.Boolean).fill_null(False)
+    died = (
+        pl.when(hung)
+        .then(
+            pl.when(phase.is_not_null() & (phase != "") & ~phase.is_in(["ok", "hang"]))
+            .then(pl.lit("hung in ") + phase)
+            .otherwise(pl.lit("hung"))
+        )
+        .when(phase.is_null() | phase.is_in(["", "ok"]))
+        .then(pl.lit(None, dtype=pl.String))
+        .otherwise(phase)
+    )
+    ss, gen = _num_col(df, "ss_tok_s"), _num_col(df, "gen_throughput_median")
+    server = pl.when(_truthy(ss)).then(ss).otherwise(gen)
+    bench = _num_col(df, "bench_tok_s")
+    acc, mean = _num_col(df, "ss_accept"), _num_col(df, "accept_len_mean")
+    accept = pl.coalesce(
+        pl.when(_truthy(acc)).then(acc).otherwise(mean), _num_col(df, "bench_accept_len")
+    )
+    lines, dec = col("ss_lines", pl.Int64), col("decode_lines", pl.Int64)
+    streams = col("streams", pl.Int64)
+    labels = _labels(df)
+    base = [c for c in df.columns if not c.startswith("ss_")]
+    out = (
+        df.with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("order"),
+            spec.alias("spec"),
+            (hung | (phase.is_not_null() & ~phase.is_in(["", "ok"]))).alias("failed"),
+            died.alias("died_in"),
+            server.alias("tok_s_server"),
+            bench.alias("tok_s_bench"),
+            accept.alias("accept_len"),
+            pl.when(_truthy(lines))
+            .then(lines)
+            .when(_truthy(dec))
+            .then(dec)
+            .otherwise(0)
+            .cast(pl.Int64)
+            .alias("decode_n"),
+            _num_col(df, "ss_round_lo").alias("round_lo"),
+            _num_col(df, "ss_round_hi").alias("round_hi"),
+            (
+                (streams.is_not_null() & (streams > 1))
+                | (bench.is_not_null() & col("bench_rate", pl.Float64).is_not_null())
+            )
+            .fill_null(False)
+            .alias("batched"),
+            pl.Series("label", labels["label"]),
+            pl.Series("family", labels["family"]),
+            pl.Series("drafter", labels["drafter"]),
+        )
+        .with_columns(
+            pl.col("failed").alias("crashed"),
+            pl.coalesce("tok_s_bench", "tok_s_server").alias("tok_s"),
+        )
+        .with_columns(
+            pl.when(pl.col("tok_s_bench").is_not_null())
+            .then(pl.lit("bench"))
+            .when(_truthy(pl.col("tok_s")))
+            .then(pl.lit("server"))
+            .otherwise(pl.lit(None, pl.String))
+            .alias("tok_s_source"),
+            pl.when(pl.col("spec") & _truthy(pl.col("accept_len")) & _truthy(pl.col("tok_s")))
+            .then(1000.0 * pl.col("accept_len") / pl.col("tok_s"))
+            .otherwise(None)
+            .alias("round_ms"),
+        )
+    )
+    return out.select([*base, *[c for c in POINT_COLUMNS if c not in base]])
+
+
+# The columns run_points adds to the runs table's, in order.
+POINT_COLUMNS = (
+    "order", "label", "family", "spec", "failed", "crashed", "died_in", "drafter",
+    "tok_s_server", "tok_s_bench", "tok_s", "tok_s_source", "accept_len", "round_ms",
+    "decode_n", "round_lo", "round_hi", "batched",
+)  # fmt: skip
+
+
+def _labels(df: pl.DataFrame) -> dict[str, list[str]]:
+    """label (short config plus the drafter tag), family and drafter tag of every row: the
+    short config once per distinct configuration, tags in order of first use per experiment."""
+    keys = [c for c in _CONFIG_FIELDS if c in df.columns]
+    rows = (
+        df.select([*keys, "experiment", "draft_model_path"]).rows()
+        if "draft_model_path" in df.columns
+        else [(*r, None) for r in df.select([*keys, "experiment"]).rows()]
+    )
+    cache: dict[tuple, tuple[str, bool]] = {}
+    drafters: dict[Any, list[Any]] = {}
+    infos = []
     for r in rows:
-        d = r.get("draft_model_path")
-        seen = drafters.setdefault(r["experiment"], [])
-        if is_spec(r) and d and d not in seen:
+        k = r[: len(keys)]
+        if k not in cache:
+            conf = dict(zip(keys, k, strict=True))
+            cache[k] = (short_config(conf), is_spec(conf))
+        short, spec = cache[k]
+        exp, d = r[len(keys)], r[len(keys) + 1]
+        seen = drafters.setdefault(exp, [])
+        if spec and d and d not in seen:
             seen.append(d)
-    columns = [k for k in df.columns if not k.startswith("ss_")]
-    out = [_point(r, i, drafters[r["experiment"]], columns) for i, r in enumerate(rows, 1)]
-    out.extend(_logless_launches(store, rows, match))
-    if any(o.get("launch_id") for o in out):
-        out.sort(key=lambda o: (o.get("started_at") is None, o.get("started_at") or 0))
-        for i, o in enumerate(out, 1):
-            o["order"] = i
-    return pl.DataFrame(out, infer_schema_length=None)
+        infos.append((short, spec, exp, d))
+    out: dict[str, list[str]] = {"label": [], "family": [], "drafter": []}
+    for short, spec, exp, d in infos:
+        mine = drafters[exp]
+        tag = f"D{mine.index(d) + 1}" if (len(mine) > 1 and spec and d) else ""
+        out["label"].append(f"{short} {tag}".strip())
+        out["family"].append(short.replace(" ", "/") if spec else "baseline")
+        out["drafter"].append(tag)
+    return out
 
 
-def _point(r: dict[str, Any], order: int, drafters: list[str], columns: list[str]) -> dict:
-    """One ingested run as a point: its figures (bench, else server), outcome, drafter tag."""
-    spec = is_spec(r)
-    failed, died = verdict_outcome(r.get("phase"), r.get("hung"))
-    server = _num(r.get("ss_tok_s")) or _num(r.get("gen_throughput_median"))
-    bench = _num(r.get("bench_tok_s"))
-    accept = _num(r.get("ss_accept")) or _num(r.get("accept_len_mean"))
-    if accept is None:
-        accept = _num(r.get("bench_accept_len"))
-    tok = bench if bench is not None else server
-    d = r.get("draft_model_path")
-    tag = f"D{drafters.index(d) + 1}" if (len(drafters) > 1 and spec and d) else ""
-    streams = r.get("streams")
-    return {
-        **{k: r.get(k) for k in columns},
-        "order": order,
-        "label": f"{short_config(r)} {tag}".strip(),
-        "family": family_of(r) if spec else "baseline",
-        "spec": spec,
-        "failed": failed,
-        "crashed": failed,
-        "died_in": died,
-        "drafter": tag,
-        "tok_s_server": server,
-        "tok_s_bench": bench,
-        "tok_s": tok,
-        "tok_s_source": "bench" if bench is not None else ("server" if tok else None),
-        "accept_len": accept,
-        "round_ms": (1000.0 * accept / tok) if (spec and accept and tok) else None,
-        "decode_n": int(r.get("ss_lines") or r.get("decode_lines") or 0),
-        "round_lo": _num(r.get("ss_round_lo")),
-        "round_hi": _num(r.get("ss_round_hi")),
-        "batched": bool(
-            (streams is not None and streams > 1)
-            or (bench is not None and r.get("bench_rate") is not None)
-        ),
-    }
+# What short_config and is_spec read of a run.
+_CONFIG_FIELDS = ("spec_algorithm", "cuda_graph", "num_draft_tokens", "topk", "num_steps")
 
 
 def verdict_outcome(phase: str | None, hung: bool | None) -> tuple[bool, str | None]:
