@@ -138,19 +138,21 @@ def _truthy(e: pl.Expr) -> pl.Expr:
     return e.is_not_null() & (e != 0)
 
 
-def _points_frame(df: pl.DataFrame) -> pl.DataFrame:
-    """Every ingested run as a point, in one pass of polars expressions: its figures (bench,
-    else server), outcome (``verdict_outcome``), label and family, drafter tag (D1, D2, ...)."""
+def _column(df: pl.DataFrame, name: str, dtype: Any = None) -> pl.Expr:
+    """``df``'s column, or nulls of ``dtype`` (String by default) where it has none."""
     import polars as pl
 
-    def col(name: str, dtype: Any = pl.String) -> pl.Expr:
-        return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype)
+    return pl.col(name) if name in df.columns else pl.lit(None, dtype=dtype or pl.String)
 
-    algo = col("spec_algorithm").cast(pl.String)
-    spec = (algo.is_not_null() & ~algo.str.to_lowercase().is_in(["none", "null", ""])).fill_null(
-        False
-    )
-    phase, hung = col("phase").cast(pl.String), col("hung", pl.Boolean).fill_null(False)
+
+def _outcome(df: pl.DataFrame) -> list[pl.Expr]:
+    """spec, failed and died_in: ``is_spec`` and ``verdict_outcome`` as expressions."""
+    import polars as pl
+
+    algo = _column(df, "spec_algorithm").cast(pl.String)
+    spec = algo.is_not_null() & ~algo.str.to_lowercase().is_in(["none", "null", ""])
+    phase = _column(df, "phase").cast(pl.String)
+    hung = _column(df, "hung", pl.Boolean).fill_null(False)
     died = (
         pl.when(hung)
         .then(
@@ -162,44 +164,52 @@ def _points_frame(df: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit(None, dtype=pl.String))
         .otherwise(phase)
     )
+    failed = hung | (phase.is_not_null() & ~phase.is_in(["", "ok"]))
+    return [spec.fill_null(False).alias("spec"), failed.alias("failed"), died.alias("died_in")]
+
+
+def _figures(df: pl.DataFrame) -> list[pl.Expr]:
+    """tok/s of the server and the benchmark, accept length, decode lines, round-cost spread
+    and ``batched``: single-stream figures first, the run's own stats as the fallback."""
+    import polars as pl
+
     ss, gen = _num_col(df, "ss_tok_s"), _num_col(df, "gen_throughput_median")
-    server = pl.when(_truthy(ss)).then(ss).otherwise(gen)
     bench = _num_col(df, "bench_tok_s")
     acc, mean = _num_col(df, "ss_accept"), _num_col(df, "accept_len_mean")
     accept = pl.coalesce(
         pl.when(_truthy(acc)).then(acc).otherwise(mean), _num_col(df, "bench_accept_len")
     )
-    lines, dec = col("ss_lines", pl.Int64), col("decode_lines", pl.Int64)
-    streams = col("streams", pl.Int64)
+    lines, dec = _column(df, "ss_lines", pl.Int64), _column(df, "decode_lines", pl.Int64)
+    streams = _column(df, "streams", pl.Int64)
+    batched = (streams.is_not_null() & (streams > 1)) | (
+        bench.is_not_null() & _column(df, "bench_rate", pl.Float64).is_not_null()
+    )
+    return [
+        pl.when(_truthy(ss)).then(ss).otherwise(gen).alias("tok_s_server"),
+        bench.alias("tok_s_bench"),
+        accept.alias("accept_len"),
+        pl.when(_truthy(lines)).then(lines).when(_truthy(dec)).then(dec).otherwise(0)
+        .cast(pl.Int64).alias("decode_n"),
+        _num_col(df, "ss_round_lo").alias("round_lo"),
+        _num_col(df, "ss_round_hi").alias("round_hi"),
+        batched.fill_null(False).alias("batched"),
+    ]  # fmt: skip
+
+
+def _points_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """Every ingested run as a point, in one pass of polars expressions: its figures (bench,
+    else server), outcome (``verdict_outcome``), label and family, drafter tag (D1, D2, ...)."""
+    import polars as pl
+
     labels = _labels(df)
     base = [c for c in df.columns if not c.startswith("ss_")]
+    tok = pl.col("tok_s")
     out = (
         df.with_columns(
             pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("order"),
-            spec.alias("spec"),
-            (hung | (phase.is_not_null() & ~phase.is_in(["", "ok"]))).alias("failed"),
-            died.alias("died_in"),
-            server.alias("tok_s_server"),
-            bench.alias("tok_s_bench"),
-            accept.alias("accept_len"),
-            pl.when(_truthy(lines))
-            .then(lines)
-            .when(_truthy(dec))
-            .then(dec)
-            .otherwise(0)
-            .cast(pl.Int64)
-            .alias("decode_n"),
-            _num_col(df, "ss_round_lo").alias("round_lo"),
-            _num_col(df, "ss_round_hi").alias("round_hi"),
-            (
-                (streams.is_not_null() & (streams > 1))
-                | (bench.is_not_null() & col("bench_rate", pl.Float64).is_not_null())
-            )
-            .fill_null(False)
-            .alias("batched"),
-            pl.Series("label", labels["label"]),
-            pl.Series("family", labels["family"]),
-            pl.Series("drafter", labels["drafter"]),
+            *_outcome(df),
+            *_figures(df),
+            *(pl.Series(k, labels[k]) for k in ("label", "family", "drafter")),
         )
         .with_columns(
             pl.col("failed").alias("crashed"),
@@ -208,12 +218,12 @@ def _points_frame(df: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             pl.when(pl.col("tok_s_bench").is_not_null())
             .then(pl.lit("bench"))
-            .when(_truthy(pl.col("tok_s")))
+            .when(_truthy(tok))
             .then(pl.lit("server"))
             .otherwise(pl.lit(None, pl.String))
             .alias("tok_s_source"),
-            pl.when(pl.col("spec") & _truthy(pl.col("accept_len")) & _truthy(pl.col("tok_s")))
-            .then(1000.0 * pl.col("accept_len") / pl.col("tok_s"))
+            pl.when(pl.col("spec") & _truthy(pl.col("accept_len")) & _truthy(tok))
+            .then(1000.0 * pl.col("accept_len") / tok)
             .otherwise(None)
             .alias("round_ms"),
         )
