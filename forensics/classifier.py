@@ -1688,10 +1688,7 @@ def classify_bytes(
 def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
     out = {}
     for name in ("runs", "events", "errors", "lines", "decode", "prefill"):
-        df = store.table(name)
-        if not df.is_empty() and "source_id" in df.columns:
-            df = df.filter(pl.col("source_id") == source_id)
-        out[name] = df
+        out[name] = store.source_rows(name, source_id)  # the store splits each table once
     return _bounded(out)
 
 

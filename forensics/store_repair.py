@@ -32,6 +32,7 @@ from forensics.store import (
     PART_NAME,
     PART_SUFFIX,
     QUARANTINE_KEY,
+    SHARED,
     Manifest,
     Store,
     Transaction,
@@ -211,12 +212,22 @@ def repair(store: Store, *, lock_timeout: float | None = None) -> CheckReport:
 
 
 def _unlist(man: Manifest, table: str, part: str) -> None:
-    if part in man.tables.get(table, []):
-        man.tables[table].remove(part)
-    sid = man.part_source.pop(part, "") or ""
-    base = sid.split("~", 1)[0]
-    if base and base in man.sources:  # its log is read again in full by the next ingest
-        man.sources[base] = {**man.sources[base], "state": None, "content_hash": None}
+    man.unlist(table, part)  # its logs are read again in full by the next ingest
+
+
+def _shared_keys(f: Path, kind: str, runs: dict[str, dict[str, Any]]) -> list[str]:
+    """The keys of a shared part (its sources' ids and its kind); a shared runs part also
+    gives each source's path and host (into ``runs``)."""
+    import polars as pl
+
+    if kind == "~runs":
+        df = pl.read_parquet(f, columns=["source_id", "path", "host_name"])
+        for row in df.unique("source_id", keep="last").iter_rows(named=True):
+            runs[row["source_id"]] = row
+        ids = df["source_id"].unique().to_list()
+    else:
+        ids = pl.read_parquet(f, columns=["source_id"])["source_id"].unique().to_list()
+    return sorted(str(i) + kind for i in ids if i)
 
 
 def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
@@ -238,6 +249,7 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
     ]
     max_gen = 0
     runs_parts: dict[str, tuple[tuple[int, int], Path]] = {}  # source id -> newest runs part
+    shared_runs: dict[str, dict[str, Any]] = {}  # source id -> path, host of shared runs rows
     for f in store.parts_on_disk():
         table = f.parent.name
         if f.is_symlink() or not safe_part_name(f.name):
@@ -252,6 +264,10 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
         sid = m["sid"] if m and m["sid"] != "x" else ""
         gen = int(m["gen"]) if m and m["gen"] else 0
         max_gen = max(max_gen, gen)
+        if sid.startswith(SHARED):  # the rows of several logs: its keys from its rows
+            man.tables.setdefault(table, []).append(f.name)
+            man.shared[f.name] = _shared_keys(f, sid[len(SHARED) :], shared_runs)
+            continue
         if table == "runs" and sid.endswith("~runs"):
             base = sid[: -len("~runs")]
             old = runs_parts.get(base)
@@ -271,7 +287,8 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
             rep.actions.append(f"{f}: kept in table {table!r} (not a declared table)")
     for base, (_, f) in runs_parts.items():
         df = pl.read_parquet(f, columns=["path", "host_name"]).head(1)
-        row = df.row(0, named=True) if df.height else {}
+        shared_runs[base] = df.row(0, named=True) if df.height else {}
+    for base, row in shared_runs.items():
         man.sources[base] = {
             "path": row.get("path"),
             "host": row.get("host_name") or "local",
@@ -280,7 +297,7 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
             "head_hash": None,
             "head_hash_full": None,
             "content_hash": None,
-            "state": None,  # re-read in full by the next ingest of this log
+            "resume": False,  # re-read in full by the next ingest of this log
             "offset": 0,
             "runs": None,
             "repaired_at": stamp,

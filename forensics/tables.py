@@ -41,6 +41,9 @@ class Table:
 SOURCE_COLUMNS = {"source_id": pl.String}
 RUN_SOURCE_COLUMNS = {"source_id": pl.String, "path": pl.String, "host_name": pl.String}
 
+# a log's parser resume state after its last complete line (JSON), where ingest resumes
+STATE_SCHEMA: dict[str, Any] = {"source_id": pl.String, "state": pl.String}
+
 VERDICT_SCHEMA: dict[str, Any] = {
     "run_id": pl.String,
     "key": pl.String,
@@ -144,6 +147,7 @@ TABLES: dict[str, Table] = {
         _per_source("prefill", SOURCE_COLUMNS),
         _per_source("errors", SOURCE_COLUMNS),
         _per_source("lines", SOURCE_COLUMNS),
+        Table("states", STATE_SCHEMA, True, "forensics.ingest (read only by ingest)"),
         Table("verdicts", VERDICT_SCHEMA, False, "forensics.classifier (a cache)"),
         Table("labels", LABEL_SCHEMA, False, "forensics.classifier (forensics label)"),
         Table("launches", LAUNCH_SCHEMA, False, "forensics.launcher"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -79,9 +80,15 @@ def test_full_disk_mid_ingest_is_exit_7_and_the_store_reads_as_before(small_fs, 
     of before is still there."""
     (tmp_path / "logs").mkdir()
     logs = []
-    for i in range(60):  # ~60 x 30 KiB of parts: more than the 1 MiB file system holds
+    rng = random.Random(7)
+    for i in range(60):  # ~60 x 30 KiB of rows that do not compress: more than 1 MiB holds
         name = ("sglang_eagle3_cg_5dt.log", "sglang_eagle3_cg_16dt.log")[i % 2]
-        logs.append(str(shutil.copy(FIXTURES / name, tmp_path / "logs" / f"{i:02d}_{name}")))
+        noise = "".join(
+            f"[2025-10-24 16:25:00 TP0] note {rng.getrandbits(512):0128x}\n" for _ in range(200)
+        )
+        log = tmp_path / "logs" / f"{i:02d}_{name}"
+        log.write_text((FIXTURES / name).read_text() + noise)
+        logs.append(str(log))
     home = small_fs / "h"
     before = json.loads(_seed(fx, home).stdout)
     p = fx(home, "ingest", *logs)

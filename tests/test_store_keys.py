@@ -17,7 +17,7 @@ import pytest
 
 from forensics.cli import main
 from forensics.ingest import ingest
-from forensics.migrations import MIGRATIONS, SCHEMA_VERSION
+from forensics.migrations import MIGRATIONS, SCHEMA_VERSION, pending
 from forensics.store import Store
 from forensics.tables import TABLES, StoreSchemaError
 from tests.conftest import FIXTURES, ROOT
@@ -121,7 +121,7 @@ def test_migrations_a_store_written_by_the_previous_release_opens_and_is_migrate
     raw = (home / "manifest.json").read_bytes()
     assert json.loads(raw)["schema_version"] == 1
     code, out, _ = run(capsys, "--store", str(home), "store", "check", "--json")
-    assert code == 0 and json.loads(out)["findings"]["pending_migration"]["count"] == 2
+    assert code == 0 and json.loads(out)["findings"]["pending_migration"]["count"] == len(pending(1))
     assert (home / "manifest.json").read_bytes() == raw  # check never writes
     code, out, err = run(capsys, "--store", str(home), "runs", "--json")
     assert code == 0, err

@@ -1,8 +1,9 @@
 """Inputs (local paths, globs, directories, ssh:// and NAME:/path) -> parser -> store.
 
 Idempotent and incremental. Each log file is a *source* with a stable id (sha1 of host and
-real path). The manifest keeps, per source, its size, mtime, a hash of its first bytes, the
-offset of the last complete line parsed and the parser's state at that point:
+real path). The manifest keeps, per source, its size, mtime, a hash of its first bytes and
+the offset of the last complete line parsed; the parser's state at that point is a row of
+the ``states`` table (read only when the log has grown):
 
 * unchanged (same size, mtime, head and content hash) -> not parsed (read once to hash it);
 * grown (its first bytes hash as the whole file did) -> only the new bytes are parsed, from
@@ -14,8 +15,10 @@ cache of ``runs`` is keyed on it too, so every view agrees after a rewrite that 
 and mtime. The same file reached twice (a hard link: same device and inode) is ingested once;
 the store's own files are never ingested as logs.
 
-Rows of complete lines are immutable parts of the source. The run summaries (``runs``) and the
-records of an unfinished last line (``<sid>~tail``) are replaced at every ingest. Files are
+Rows of complete lines are immutable rows of the source. The run summaries (``<sid>~runs``),
+the records of an unfinished last line (``<sid>~tail``) and the resume state (``<sid>~state``)
+are replaced at every ingest. The files of a batch share their parts (one per table and kind,
+forensics/store/transaction.py), so a small log costs rows, not parquet files. Files are
 committed in batches (``BATCH_FILES`` files or ``BATCH_SECONDS`` seconds, whichever first,
 spaced so that commits take at most ``COMMIT_SHARE`` of the time on a large store): a
 crash or ``kill -9`` loses at most the batch being built, never duplicates, and the next
@@ -26,7 +29,7 @@ ingest picks up from the last commit; Ctrl-C or an error commits the files finis
 from __future__ import annotations
 
 from forensics.ingest.batch import BATCH_FILES, BATCH_SECONDS, COMMIT_SHARE, ingest
-from forensics.ingest.file import FLUSH_ROWS, PER_SOURCE_TABLES
+from forensics.ingest.file import PER_SOURCE_TABLES
 from forensics.ingest.identity import STORE_FILES, source_id
 from forensics.ingest.inputs import DIR_PATTERNS, DIR_SKIP, expand_inputs
 from forensics.ingest.outcome import (
@@ -44,7 +47,6 @@ __all__ = [
     "COMMIT_SHARE",
     "DIR_PATTERNS",
     "DIR_SKIP",
-    "FLUSH_ROWS",
     "PER_SOURCE_TABLES",
     "SKIP_REASONS",
     "STORE_FILES",

@@ -28,46 +28,18 @@ if TYPE_CHECKING:  # polars and the parser load only when a file has new bytes t
     from forensics.ingest.batch import _Batch
     from forensics_parsers.sglang import Frames
 
-FLUSH_ROWS = 400_000  # rows buffered per table before a part is written
 PER_SOURCE_TABLES = ("events", "decode", "prefill", "errors", "lines")
 
 
-class _Buffer:
-    """Frames accumulated for one source, written as parts every FLUSH_ROWS rows."""
+def _stage(tx: Any, sid: str, frames: Frames, key: str) -> None:
+    """The rows of ``frames`` into the transaction's shared parts, as rows of ``key``
+    (``sid`` for complete lines, ``sid~tail`` for an unfinished last line)."""
+    import polars as pl
 
-    def __init__(self, tx: Any, sid: str):
-        import polars as pl
-
-        self.pl = pl
-        self.tx = tx
-        self.sid = sid
-        self.pending: dict[str, list[Any]] = {t: [] for t in PER_SOURCE_TABLES}
-        self.rows: dict[str, int] = dict.fromkeys(PER_SOURCE_TABLES, 0)
-
-    def add(self, frames: Frames, *, part_sid: str | None = None, path: str, host: str) -> None:
-        for t in PER_SOURCE_TABLES:
-            df = getattr(frames, t)
-            if df.is_empty():
-                continue
-            df = df.with_columns(self.pl.lit(self.sid).alias("source_id"))
-            if part_sid is not None:
-                self.tx.append(t, df, source_id=part_sid)
-                continue
-            self.pending[t].append(df)
-            self.rows[t] += len(df)
-            if self.rows[t] >= FLUSH_ROWS:
-                self.flush(t)
-
-    def flush(self, table: str | None = None) -> None:
-        for t in [table] if table else PER_SOURCE_TABLES:
-            if self.pending[t]:
-                self.tx.append(
-                    t,
-                    self.pl.concat(self.pending[t], how="vertical_relaxed"),
-                    source_id=self.sid,
-                )
-                self.pending[t] = []
-                self.rows[t] = 0
+    for t in PER_SOURCE_TABLES:
+        df = getattr(frames, t)
+        if not df.is_empty():
+            tx.stage(t, df.with_columns(pl.lit(sid).alias("source_id")), key)
 
 
 @dataclass
@@ -109,14 +81,12 @@ def _ingest_one(
 
     date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
     parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
-    buf = _Buffer(tx, opened.out.source_id)
-    consumed, last_frames = _parse(opened, parser, buf, summary, offset, report)
-    buf.flush()
+    consumed, last_frames = _parse(tx, opened, parser, summary, offset, report)
     complete_state = parser.state()
     complete_offset = consumed - parser.pending_bytes if not opened.compressed else consumed
     tail = parser.finish()
     _account(summary, opened.out, tail)
-    buf.add(tail, part_sid=opened.out.source_id + "~tail", path=path, host=host.name)
+    _stage(tx, opened.out.source_id, tail, opened.out.source_id + "~tail")
     runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
     _record(tx, opened, runs, complete_offset, complete_state)
     opened.out.bytes_parsed = consumed - offset
@@ -177,47 +147,64 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and not o.compressed
         and same_head
         and st.size >= (prev.get("size") or 0)
-        and prev.get("state") is not None
+        and prev.get("resume")
         and o.hasher.of_file(o.src, prev["size"]) == known
     ):
-        o.out.status = "grown"
-        # records of a previously unfinished last line, and the run summaries, are replaced
-        tx.drop_source(sid + "~tail")
-        tx.drop_source(sid + "~runs")
-        return prev["offset"], prev["state"]
+        state = _saved_state(tx, sid)
+        if state is not None:
+            o.out.status = "grown"
+            # records of a previously unfinished last line, the run summaries and the
+            # resume state are replaced
+            for kind in ("~tail", "~runs", "~state"):
+                tx.drop_source(sid + kind)
+            return prev["offset"], state
     o.hasher.reset()
     o.out.status = "rewritten"
     tx.drop_source(sid)
     return 0, None
 
 
+def _saved_state(tx: Any, sid: str) -> dict[str, Any] | None:
+    """The parser's state after the last complete line ingested (the states table; a
+    schema-3 manifest's own until its first write moves it there)."""
+    import json
+
+    if sid in tx.man.legacy_states:
+        return tx.man.legacy_states[sid]
+    rows = tx.rows_of("states", sid + "~state")
+    if rows is None or rows.is_empty():
+        return None
+    return json.loads(rows["state"][-1])
+
+
 def _parse(
+    tx: Any,
     o: _Opened,
     parser: Any,
-    buf: _Buffer,
     summary: IngestSummary,
     offset: int,
     report: Callable[[int, int], None] | None,
 ) -> tuple[int, Frames | None]:
-    """Feed the bytes from ``offset`` to ``parser`` into ``buf``; -> (bytes consumed up to,
-    the last chunk's frames)."""
+    """Feed the bytes from ``offset`` to ``parser``, its rows into ``tx``; -> (bytes consumed
+    up to, the last chunk's frames)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from forensics.hosts import ReadIncomplete
     from forensics_parsers.sglang import extract_batch
 
-    path, size = o.out.path, o.src.stat.size
+    size, sid = o.src.stat.size, o.out.source_id
+    path = o.out.path
     consumed = offset
     last_frames: Frames | None = None
 
     def finish_chunk(frames: Frames, prepared: Any) -> None:
         if prepared is not None:
             frames.decode, frames.prefill = extract_batch(prepared)
-        buf.add(frames, path=path, host=o.out.host)
+        _stage(tx, sid, frames, sid)
 
     # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
-    # over it while the worker extracts the metrics fields of chunk k and buffers and
-    # writes its rows (polars releases the GIL). One worker takes the chunks in order,
+    # over it while the worker extracts the metrics fields of chunk k and stages its rows
+    # (and writes a part every STAGE_ROWS rows; polars releases the GIL). One worker takes the chunks in order,
     # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
     # no thread outlives the file, and the transaction aborts or commits after it.
     with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
@@ -246,7 +233,9 @@ def _parse(
 
 
 def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] | None) -> None:
-    """The run summaries of the file and its source record (where the next ingest resumes)."""
+    """The run summaries of the file, its resume state and its source record."""
+    import json
+
     import polars as pl
 
     sid, path, hname = o.out.source_id, o.out.path, o.out.host
@@ -256,8 +245,11 @@ def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] |
             pl.lit(path).alias("path"),
             pl.lit(hname).alias("host_name"),
         )
-        tx.append("runs", runs, source_id=sid + "~runs")
+        tx.stage("runs", runs, sid + "~runs")
         o.out.runs = len(runs)
+    if not o.compressed:  # a decompressed stream is read again from its start
+        text = json.dumps(state, default=str)
+        tx.stage("states", pl.DataFrame({"source_id": [sid], "state": [text]}), sid + "~state")
     st, head = o.src.stat, o.src.head
     tx.set_source(
         sid,
@@ -273,7 +265,7 @@ def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] |
             "head_hash": o.head_hash,
             "head_hash_full": o.head_hash,
             "offset": offset,
-            "state": None if o.compressed else state,
+            "resume": not o.compressed,
             "runs": o.out.runs,
             "ingested_at": time.time(),
         },

@@ -81,6 +81,7 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._cache: dict[str, pl.DataFrame] = {}
+        self._by_source: dict[str, dict[Any, pl.DataFrame]] = {}  # table -> source id -> rows
         self._cache_gen = -1
         self._lock_depth = 0  # > 0 while this process holds the store lock
         # the last manifest read, and the (inode, mtime, size) of the file it was read from
@@ -174,6 +175,7 @@ class Store:
         man = self.manifest()
         if man.generation != self._cache_gen:
             self._cache.clear()
+            self._by_source.clear()
             self._cache_gen = man.generation
         if name in self._cache:
             return self._cache[name]
@@ -208,6 +210,18 @@ class Store:
         self._cache[name] = df
         return df
 
+    def source_rows(self, name: str, source_id: str) -> pl.DataFrame:
+        """The committed rows of one source in a table (the table split by source once, so
+        a pass over every run costs one split, not one filter per run)."""
+        df = self.table(name)
+        if df.is_empty() or "source_id" not in df.columns:
+            return df
+        split = self._by_source.get(name)
+        if split is None:
+            split = self._by_source[name] = df.partition_by("source_id", as_dict=True)
+        hit = split.get((source_id,))
+        return hit if hit is not None else df.clear()
+
     def _quarantine(
         self, table: str, part: str, exc: BaseException, *, missing: bool = False
     ) -> None:
@@ -222,7 +236,7 @@ class Store:
         if missing:
             cause = "the file is missing"
         renamed = False
-        source_path = None
+        source_path, more = None, 0
         if not self.writable():  # a read never writes a read-only store: leave it out, say so
             self.warnings.append(
                 f"{src}: bad store part ({cause}); not shown (the store is read-only, so it "
@@ -236,19 +250,15 @@ class Store:
                 if not missing:
                     os.replace(src, dest)
                     renamed = True
-                tx.man.tables[table].remove(part)
-                sid = tx.man.part_source.pop(part, "") or ""
-                base = sid.split("~", 1)[0]
-                rec = tx.man.sources.get(base) if base else None
-                if rec is not None:
-                    source_path = rec.get("path")
-                    # not "unchanged", not "grown": the next ingest re-reads it from byte 0
-                    tx.man.sources[base] = {
-                        **rec,
-                        "head_hash_full": None,
-                        "content_hash": None,
-                        "state": None,
-                    }
+                # its sources are re-read from byte 0 by the next ingest of their logs
+                paths = [
+                    tx.man.sources[sid].get("path")
+                    for sid in tx.man.unlist(table, part)
+                    if sid in tx.man.sources
+                ]
+                if paths:
+                    source_path = paths[0]
+                    more = len(paths) - 1
                 log = tx.man.meta.get(QUARANTINE_KEY)
                 log = list(log) if isinstance(log, list) else []
                 log.append(
@@ -279,6 +289,7 @@ class Store:
             raise
         fix = (
             f"forensics ingest {source_path} restores its records"
+            + (f" (and that of {more} more log(s) whose rows it held)" if more else "")
             if source_path
             else "its rows are left out"
         )

@@ -17,6 +17,9 @@ MANIFEST = "manifest.json"
 PART_SUFFIX = ".parquet"
 # <source id or x>-g<generation>-<12 hex>.parquet; parts of v1 stores have no -g<N>
 PART_NAME = re.compile(r"^(?P<sid>.+?)(?:-g(?P<gen>\d+))?-(?P<uid>[0-9a-f]{12})\.parquet$")
+# the name of a part holding the rows of several sources (shared[part] lists their keys):
+# batch-g<N>-<uid>.parquet for their log rows, batch~tail-..., batch~runs-..., batch~state-...
+SHARED = "batch"
 REPAIR_HINT = "forensics store check, then forensics store repair to rebuild it from the parts"
 
 
@@ -43,7 +46,10 @@ class Manifest:
     tables: dict[str, list[str]] = field(default_factory=dict)
     # part file name -> source id that produced it ("" for parts not tied to a source)
     part_source: dict[str, str] = field(default_factory=dict)
-    # source id -> source record (path, host, size, mtime, offset, parser state, ...)
+    # shared part name -> the source keys (``id`` or ``id~kind``) whose rows it holds
+    shared: dict[str, list[str]] = field(default_factory=dict)
+    # source id -> source record (path, host, size, mtime, offset, ...; the parser's resume
+    # state is a row of the ``states`` table since schema 4)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     generation: int = 0
@@ -55,6 +61,9 @@ class Manifest:
     complete: bool = True
     # names of migrations applied in memory at load, not yet committed
     migrated: list[str] = field(default_factory=list)
+    # source id -> resume state of a schema-3 manifest (migration 4), moved to the states
+    # table by the next commit; never written back into the manifest
+    legacy_states: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
@@ -89,6 +98,7 @@ class Manifest:
                 schema_version=int(raw["schema_version"]),
                 tables={str(k): [str(p) for p in v] for k, v in tables.items()},
                 part_source=dict(raw.get("part_source", {})),
+                shared={str(k): [str(x) for x in v] for k, v in raw.get("shared", {}).items()},
                 sources=dict(raw.get("sources", {})),
                 meta=dict(raw.get("meta", {})),
                 generation=int(raw.get("generation", 0)),
@@ -96,6 +106,7 @@ class Manifest:
                 trash=[str(t) for t in raw.get("trash", [])],
                 complete=complete,
                 migrated=[m.name for m in applied],
+                legacy_states=dict(raw.get("legacy_states", {})),
             )
         except (AttributeError, TypeError, ValueError) as exc:  # C09: a damaged manifest
             raise StoreDamaged(
@@ -112,6 +123,26 @@ class Manifest:
             if not safe_part_name(p) or not safe_part_name(t + PART_SUFFIX)
         ]
 
+    def unlist(self, table: str, part: str) -> list[str]:
+        """Take ``part`` out of the manifest; -> the ids of the sources whose rows it held,
+        each marked to be read again from byte 0 by the next ingest of its log."""
+        if part in self.tables.get(table, []):
+            self.tables[table].remove(part)
+        keys = self.shared.pop(part, None) or [self.part_source.pop(part, "") or ""]
+        self.part_source.pop(part, None)
+        bases = sorted({k.split("~", 1)[0] for k in keys if k})
+        for sid in bases:
+            rec = self.sources.get(sid)
+            if rec is not None:  # not "unchanged", not "grown": re-read in full
+                self.sources[sid] = {
+                    **rec,
+                    "head_hash_full": None,
+                    "content_hash": None,
+                    "resume": False,
+                }
+            self.legacy_states.pop(sid, None)
+        return bases
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -119,6 +150,7 @@ class Manifest:
                 "generation": self.generation,
                 "tables": self.tables,
                 "part_source": self.part_source,
+                "shared": self.shared,
                 "sources": self.sources,
                 "meta": self.meta,
                 "migrations": self.migrations,

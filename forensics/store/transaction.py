@@ -7,16 +7,20 @@ import contextlib
 import errno
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import StoreError
-from forensics.store.manifest import MANIFEST, Manifest
+from forensics.store.manifest import MANIFEST, SHARED, Manifest
 
 if TYPE_CHECKING:
     import polars as pl
 
     from forensics.store.folder import Store
+
+
+STAGE_ROWS = 400_000  # staged rows per table and kind before a shared part is written
 
 
 class StoreReadOnly(StoreError):
@@ -46,25 +50,90 @@ def _write_error(root: Path, exc: BaseException, what: str) -> StoreError:
     return cls(f"{root}: {what} ({cause})", hint=hint)
 
 
+def _base(key: str) -> str:
+    """The source id of a part key (``id`` or ``id~kind``)."""
+    return key.split("~", 1)[0]
+
+
+def _kind(key: str) -> str:
+    """The kind of a part key: "" for a log's rows, else ``~tail``, ``~runs``, ``~state``."""
+    return key[key.index("~") :] if "~" in key else ""
+
+
+@dataclass
+class _Point:
+    new: int
+    drop_parts: set[tuple[str, str]]
+    drop_keys: dict[tuple[str, str], set[str]]
+    records: dict[str, Any]
+    legacy: dict[str, Any]
+    dirty: bool
+
+
 class Transaction:
-    """Parts and manifest changes that become visible together, or not at all."""
+    """Parts and manifest changes that become visible together, or not at all.
+
+    Rows are added two ways: ``append`` writes a part of its own (one source, or none);
+    ``stage`` holds the rows of a source key with those of the other sources of the same kind
+    and writes them as one *shared* part per table and kind (at STAGE_ROWS rows, and at
+    commit), listed in the manifest's ``shared`` with the keys it holds: a batch of 500 small
+    logs is a dozen parts, not thousands. Dropping a key from a shared part rewrites the part
+    without that source's rows at commit (every row carries its ``source_id``; a part holds
+    one kind, so the source's rows are the key's)."""
 
     def __init__(self, store: Store, manifest: Manifest):
         self.store = store
         self.man = manifest
         self._new: list[tuple[str, str, Path]] = []  # (table, part name, tmp path)
         self._drop_parts: set[tuple[str, str]] = set()
+        self._drop_keys: dict[tuple[str, str], set[str]] = {}  # shared part -> keys dropped
+        self._staged: dict[tuple[str, str], list[tuple[str, pl.DataFrame]]] = {}
+        self._staged_rows: dict[tuple[str, str], int] = {}
+        self._index: dict[str, list[tuple[str, str, str]]] | None = None  # id -> (t, part, key)
+        self._read: dict[str, dict[Any, pl.DataFrame]] = {}  # shared parts read by rows_of
         self.dirty = False  # anything to commit (an unchanged-files batch writes nothing)
 
+    # -- adding rows ---------------------------------------------------------------------
     def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
         """Add ``df`` as a new part of ``table`` (checked against forensics/tables.py)."""
-        from forensics.tables import conform
-
         if df.is_empty():
             return
+        name = self._write(table, df, source_id or "x")
+        self.man.part_source[name] = source_id
+        self._indexed(table, name, [source_id] if source_id else [])
+
+    def stage(self, table: str, df: pl.DataFrame, key: str) -> None:
+        """Add the rows ``df`` of source ``key`` (``id`` or ``id~kind``; each row carries
+        ``source_id`` = id) to a shared part of ``table``."""
+        if df.is_empty():
+            return
+        group = (table, _kind(key))
+        self._staged.setdefault(group, []).append((key, df))
+        self._staged_rows[group] = self._staged_rows.get(group, 0) + df.height
+        self.dirty = True
+        if self._staged_rows[group] >= STAGE_ROWS:
+            self._flush(group)
+
+    def _flush(self, group: tuple[str, str]) -> None:
+        import polars as pl
+
+        items = self._staged.pop(group, [])
+        self._staged_rows.pop(group, None)
+        if not items:
+            return
+        table, kind = group
+        df = pl.concat([d for _, d in items], how="diagonal_relaxed")
+        keys = sorted({k for k, _ in items})
+        name = self._write(table, df, SHARED + kind)
+        self.man.shared[name] = keys
+        self._indexed(table, name, keys)
+
+    def _write(self, table: str, df: pl.DataFrame, prefix: str) -> str:
+        from forensics.tables import conform
+
         df = conform(table, df)
         tdir = self.store.root / "tables" / table
-        name = f"{source_id or 'x'}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}.parquet"
+        name = f"{prefix}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}.parquet"
         tmp = tdir / (name + ".tmp")
         try:
             tdir.mkdir(parents=True, exist_ok=True)
@@ -74,38 +143,68 @@ class Transaction:
                 tmp.unlink()
             raise _write_error(self.store.root, exc, f"cannot write a part of {table}") from exc
         self._new.append((table, name, tmp))
-        self.man.part_source[name] = source_id
         self.dirty = True
+        return name
 
-    def savepoint(self, *source_ids: str) -> tuple[Any, ...]:
-        """A point to roll back to, for work on ``source_ids`` (one file of a batch)."""
-        recs = {sid: self.man.sources.get(sid) for sid in source_ids}
-        return (len(self._new), set(self._drop_parts), recs, self.dirty)
+    # -- finding a source's parts ------------------------------------------------------------
+    def _index_of(self, sid: str) -> list[tuple[str, str, str]]:
+        """(table, part, key) of every part holding rows of source ``sid`` (built once)."""
+        if self._index is None:
+            self._index = {}
+            parts = [(t, p) for t, ps in self.man.tables.items() for p in ps]
+            for t, p in parts + [(t, p) for t, p, _ in self._new]:
+                if p in self.man.shared:
+                    keys = self.man.shared[p]
+                else:
+                    keys = [self.man.part_source[p]] if self.man.part_source.get(p) else []
+                self._indexed(t, p, keys)
+        return self._index.get(sid, [])
 
-    def rollback(self, point: tuple[Any, ...]) -> None:
-        """Undo what was done since ``savepoint`` (its new parts are removed)."""
-        n, drops, recs, dirty = point
-        for _, name, tmp in self._new[n:]:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            self.man.part_source.pop(name, None)
-        del self._new[n:]
-        self._drop_parts = drops
-        for sid, rec in recs.items():
-            if rec is None:
-                self.man.sources.pop(sid, None)
-            else:
-                self.man.sources[sid] = rec
-        self.dirty = dirty
+    def _indexed(self, table: str, part: str, keys: list[str]) -> None:
+        if self._index is not None:
+            for k in keys:
+                self._index.setdefault(_base(k), []).append((table, part, k))
 
+    def rows_of(self, table: str, key: str) -> pl.DataFrame | None:
+        """The committed rows of source ``key`` in ``table`` (None when it has none); a
+        shared part is read once per transaction."""
+        import polars as pl
+
+        base, frames = _base(key), []
+        for t, part, k in self._index_of(base):
+            if t != table or k != key or part not in self.man.tables.get(table, []):
+                continue
+            if part not in self._read:
+                df = _read_part(self.store.root / "tables" / table / part)
+                self._read[part] = df.partition_by("source_id", as_dict=True)
+            hit = self._read[part].get((base,))
+            if hit is not None:
+                frames.append(hit)
+        return pl.concat(frames, how="diagonal_relaxed") if frames else None
+
+    # -- dropping ------------------------------------------------------------------------
     def drop_source(self, source_id: str) -> None:
-        """Forget every part a source produced, and its ``<id>~*`` companions."""
-        for table, parts in self.man.tables.items():
-            for p in parts:
-                ps = self.man.part_source.get(p, "")
-                if ps == source_id or ps.startswith(source_id + "~"):
-                    self._drop_parts.add((table, p))
+        """Forget every row a source key produced: ``id`` drops the source and its ``id~*``
+        companions, ``id~kind`` only that kind."""
+
+        def hit(k: str) -> bool:
+            return k == source_id or k.startswith(source_id + "~")
+
+        for table, part, key in self._index_of(_base(source_id)):
+            if not hit(key):
+                continue
+            if part in self.man.shared:
+                self._drop_keys.setdefault((table, part), set()).add(key)
+            else:
+                self._drop_parts.add((table, part))
+        for group, items in self._staged.items():
+            kept = [(k, d) for k, d in items if not hit(k)]
+            if len(kept) != len(items):
+                self._staged[group] = kept
+                self._staged_rows[group] = sum(d.height for _, d in kept)
         self.man.sources.pop(source_id, None)
+        if "~" not in source_id or source_id.endswith("~state"):
+            self.man.legacy_states.pop(_base(source_id), None)
         self.dirty = True
 
     def drop_rows(self, table: str, keep: pl.Expr) -> None:
@@ -119,6 +218,82 @@ class Transaction:
         kept = df.filter(keep)
         self.append(table, kept)
 
+    def _settle(self) -> None:
+        """Before a commit: the legacy resume states (migration 4) and what is staged are
+        written, and shared parts that lost keys are rewritten without their rows."""
+        import json
+
+        import polars as pl
+
+        legacy, self.man.legacy_states = self.man.legacy_states, {}
+        if legacy:
+            states = pl.DataFrame(
+                {
+                    "source_id": list(legacy),
+                    "state": [json.dumps(v, default=str) for v in legacy.values()],
+                }
+            )
+            for sid in legacy:  # one frame, many keys: staged as one item per key
+                self._staged.setdefault(("states", "~state"), []).append(
+                    (sid + "~state", states.filter(pl.col("source_id") == sid))
+                )
+        for group in list(self._staged):
+            self._flush(group)
+        tmp_of = {name: tmp for _, name, tmp in self._new}
+        for (table, part), keys in self._drop_keys.items():
+            have = self.man.shared.get(part, [])
+            left = [k for k in have if k not in keys]
+            if left:
+                path = tmp_of.get(part, self.store.root / "tables" / table / part)
+                gone = sorted({_base(k) for k in keys})
+                df = _read_part(path).filter(~pl.col("source_id").is_in(gone))
+                name = self._write(table, df, SHARED + _kind(left[0]))
+                self.man.shared[name] = left
+            self._drop_parts.add((table, part))
+        self._drop_keys.clear()
+
+    # -- savepoints ----------------------------------------------------------------------
+    def savepoint(self, *source_ids: str) -> _Point:
+        """A point to roll back to, for work on ``source_ids`` (one file of a batch)."""
+        return _Point(
+            len(self._new),
+            set(self._drop_parts),
+            {k: set(v) for k, v in self._drop_keys.items()},
+            {sid: self.man.sources.get(sid) for sid in source_ids},
+            {sid: self.man.legacy_states.get(sid) for sid in source_ids},
+            self.dirty,
+        )
+
+    def rollback(self, point: _Point) -> None:
+        """Undo what was done for the point's sources since ``savepoint``: their parts are
+        removed, their rows leave the staged rows and the shared parts written since."""
+        shared_since = []
+        for table, name, tmp in self._new[point.new :]:
+            if name in self.man.shared:  # holds the rows of files before this one too
+                shared_since.append((table, name, tmp))
+                continue
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self.man.part_source.pop(name, None)
+        self._new[point.new :] = shared_since
+        self._drop_parts, self._drop_keys = point.drop_parts, point.drop_keys
+        for sid, rec in point.records.items():
+            if rec is None:
+                self.man.sources.pop(sid, None)
+            else:
+                self.man.sources[sid] = rec
+            if point.legacy.get(sid) is not None:
+                self.man.legacy_states[sid] = point.legacy[sid]
+            for group, items in self._staged.items():
+                self._staged[group] = [(k, d) for k, d in items if _base(k) != sid]
+                self._staged_rows[group] = sum(d.height for _, d in self._staged[group])
+            for table, name, _ in shared_since:
+                mine = {k for k in self.man.shared[name] if _base(k) == sid}
+                if mine:
+                    self._drop_keys.setdefault((table, name), set()).update(mine)
+        self._index = None  # rebuilt on the next use
+        self.dirty = point.dirty or bool(shared_since)
+
     def set_source(self, source_id: str, record: dict[str, Any]) -> None:
         self.man.sources[source_id] = record
         self.dirty = True
@@ -127,17 +302,28 @@ class Transaction:
         self.man.meta[key] = value
         self.dirty = True
 
+    # -- ending --------------------------------------------------------------------------
     def abort(self) -> None:
         for _, name, tmp in self._new:
             for f in (tmp, tmp.with_name(name)):
                 with contextlib.suppress(OSError):
                     f.unlink()
             self.man.part_source.pop(name, None)
+            self.man.shared.pop(name, None)
         self._new.clear()
+        self._staged.clear()
+        self._staged_rows.clear()
 
     def commit(self) -> None:
+        if self.man.legacy_states:
+            self.dirty = True  # migration 4 moves them out of the manifest at this write
         if not self.dirty and not self._new and not self._drop_parts:
             return  # nothing changed: the manifest stays as it is (a read-only store too)
+        try:
+            self._settle()
+        except BaseException:
+            self.abort()  # a part it could not write (full disk): none of this commit stays
+            raise
         root = self.store.root
         tmp_man = root / (MANIFEST + ".tmp")
         try:
@@ -145,20 +331,14 @@ class Transaction:
                 os.replace(tmp, tmp.with_name(name))
                 self.man.tables.setdefault(table, []).append(name)
             for table, p in self._drop_parts:
-                if p in self.man.tables.get(table, []):
-                    self.man.tables[table].remove(p)
+                listed = self.man.tables.get(table, [])
+                if p in listed:
+                    listed.remove(p)
                     self.man.trash.append(f"{table}/{p}")
                 self.man.part_source.pop(p, None)
+                self.man.shared.pop(p, None)
             self.man.generation += 1
-            data = self.man.to_json().encode()
-            fd = os.open(tmp_man, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_durably(tmp_man, self.man.to_json().encode())
             os.replace(tmp_man, root / MANIFEST)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -173,3 +353,27 @@ class Transaction:
                 os.close(dfd)
         self._new.clear()
         self.store._gc(self.man)
+
+
+def _read_part(path: Path) -> pl.DataFrame:
+    """A part read inside a write: a bad one stops the write, changing nothing."""
+    import polars as pl
+
+    try:
+        return pl.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - corrupt or missing: a store error, exit 7
+        raise StoreError(
+            f"{path}: corrupt or missing store part ({str(exc).splitlines()[0][:200]})",
+            hint="run `forensics runs` to quarantine it, then retry",
+        ) from exc
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
