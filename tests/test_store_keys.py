@@ -121,7 +121,8 @@ def test_migrations_a_store_written_by_the_previous_release_opens_and_is_migrate
     raw = (home / "manifest.json").read_bytes()
     assert json.loads(raw)["schema_version"] == 1
     code, out, _ = run(capsys, "--store", str(home), "store", "check", "--json")
-    assert code == 0 and json.loads(out)["findings"]["pending_migration"]["count"] == len(pending(1))
+    findings = json.loads(out)["findings"]
+    assert code == 0 and findings["pending_migration"]["count"] == len(pending(1))
     assert (home / "manifest.json").read_bytes() == raw  # check never writes
     code, out, err = run(capsys, "--store", str(home), "runs", "--json")
     assert code == 0, err
