@@ -34,6 +34,7 @@ TABLE_COLUMNS = [
     "gen_throughput_median",
     "accept_len_mean",
     "bench_tok_s",
+    "bench_results",
     "phase",
     "signature",
 ]

@@ -141,13 +141,12 @@ def _shape() -> pl.Expr:
         pl.lit("rate ") + pl.col("bench_rate").cast(pl.String) + pl.lit("/s")
     )
     c = c.when(conc.is_not_null()).then(pl.lit("c=") + conc.cast(pl.String)).otherwise(None)
-    lengths = pl.when(pl.col("bench_out_len").is_not_null()).then(
-        pl.lit(" in=")
-        + pl.col("bench_in_len").cast(pl.Int64, strict=False).cast(pl.String).fill_null("?")
-        + pl.lit(" out=")
-        + pl.col("bench_out_len").cast(pl.Int64, strict=False).cast(pl.String)
-    )
-    return c + lengths.otherwise(pl.lit(""))
+
+    def length(col: str, tag: str) -> pl.Expr:  # what is known, nothing for what is not
+        v = pl.col(col).cast(pl.Int64, strict=False).cast(pl.String)
+        return pl.when(v.is_not_null()).then(pl.lit(tag) + v).otherwise(pl.lit(""))
+
+    return c + length("bench_in_len", " in=") + length("bench_out_len", " out=")
 
 
 @dataclass(frozen=True)

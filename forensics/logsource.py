@@ -131,6 +131,7 @@ class Format:
     decompressor: Callable[[], Any] | None = None
     errors: Callable[[], tuple[type[BaseException], ...]] = lambda: ()
     feed: int = 1 << 10
+    suffix: str = ""  # a compressed log's file-name suffix (ingest DIR picks up *.log<suffix>)
 
 
 FORMATS: tuple[Format, ...] = (
@@ -140,13 +141,33 @@ FORMATS: tuple[Format, ...] = (
         "gzip-compressed",
         lambda: zlib.decompressobj(16 + zlib.MAX_WBITS),
         lambda: (zlib.error,),
+        suffix=".gz",
     ),
-    Format("zstd", b"\x28\xb5\x2f\xfd", "zstd-compressed", _zstd, _zstd_errors, feed=256),
     Format(
-        "xz", b"\xfd7zXZ\x00", "xz-compressed", lzma.LZMADecompressor, lambda: (lzma.LZMAError,)
+        "zstd", b"\x28\xb5\x2f\xfd", "zstd-compressed", _zstd, _zstd_errors, feed=256, suffix=".zst"
     ),
-    Format("bzip2", b"BZh", "bzip2-compressed", bz2.BZ2Decompressor, lambda: (OSError, ValueError)),
-    Format("lz4", b"\x04\x22\x4d\x18", "lz4-compressed data (not read: decompress it with lz4 -d)"),
+    Format(
+        "xz",
+        b"\xfd7zXZ\x00",
+        "xz-compressed",
+        lzma.LZMADecompressor,
+        lambda: (lzma.LZMAError,),
+        suffix=".xz",
+    ),
+    Format(
+        "bzip2",
+        b"BZh",
+        "bzip2-compressed",
+        bz2.BZ2Decompressor,
+        lambda: (OSError, ValueError),
+        suffix=".bz2",
+    ),
+    Format(
+        "lz4",
+        b"\x04\x22\x4d\x18",
+        "lz4-compressed data (not read: decompress it with lz4 -d)",
+        suffix=".lz4",
+    ),
     Format("zip", b"PK\x03\x04", "a zip archive"),
     Format("7z", b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
     Format("tar", b"ustar", "a tar archive"),  # magic at offset 257, see _format_of
@@ -158,6 +179,8 @@ FORMATS: tuple[Format, ...] = (
     Format("pdf", b"%PDF-", "a PDF document"),
 )
 TAR_MAGIC_AT = 257
+# the file-name suffixes of compressed logs, from FORMATS (ingest DIR, run names)
+COMPRESSED_SUFFIXES = tuple(f.suffix for f in FORMATS if f.suffix)
 
 # Byte-order marks, longest first (the UTF-32 LE mark begins with the UTF-16 LE one).
 ENCODINGS: tuple[tuple[bytes, str], ...] = (
@@ -527,6 +550,7 @@ def open_log(host: Any, path: str, *, where: str | None = None, hasher: Any = No
 
 __all__ = [
     "ENCODINGS",
+    "COMPRESSED_SUFFIXES",
     "FORMATS",
     "HEAD_BYTES",
     "READ_CHUNK",

@@ -47,6 +47,7 @@ EMPTY_COLUMNS = {"errors": ("line",), "lines": ("line",)}
 
 def show_data(store: Store, row: dict[str, Any]) -> dict[str, Any]:
     from forensics.runs import stage_timeline
+    from forensics.runs_bench import run_benchmarks
 
     dec = _rows(store, "decode", row)
     metrics: dict[str, Any] = {"decode_lines": len(dec)}
@@ -86,6 +87,7 @@ def show_data(store: Store, row: dict[str, Any]) -> dict[str, Any]:
         "summary": {k: row.get(k) for k in SUMMARY_KEYS},
         "timeline": stage_timeline(store, row["source_id"], row["run_index"]),
         "metrics": metrics,
+        "benchmarks": run_benchmarks(store, row["run_id"]),
         "errors": errors,
         "last_lines": tail,
     }
@@ -136,6 +138,15 @@ def render_show(d: dict[str, Any]) -> None:
             if isinstance(v, dict):
                 mt.add_row(k, *(_fmt(v[x]) for x in ("min", "median", "mean", "max")))
         c.print(mt)
+    if d.get("benchmarks"):
+        bt = Table(title=f"benchmarks ({len(d['benchmarks'])})")
+        for col in ("started", "shape", "tok/s", "accept len"):
+            bt.add_column(col)
+        for b in d["benchmarks"]:
+            bt.add_row(
+                _fmt(b["started_at"]), b["shape"] or "—", _fmt(b["tok_s"]), _fmt(b["accept_len"])
+            )
+        c.print(bt)
     if d["errors"]:
         c.print("[bold]errors[/bold]")
         for e in d["errors"]:

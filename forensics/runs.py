@@ -8,12 +8,13 @@ carries its experiment (:mod:`forensics.experiment`): the key every comparison i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 import polars as pl
 
 from forensics.errors import RunNotFound, UsageError
+from forensics.runs_bench import latest_bench
 from forensics.store import Store
 from forensics.sweep.journal import run_tags
 
@@ -46,6 +47,7 @@ RUN_COLUMNS = [
     "signature",
     "bench_tok_s",
     "bench_accept_len",
+    "bench_results",  # completed benchmarks of the run (bench_tok_s is the latest one's)
     "error",
     "experiment",  # forensics.experiment: the runs it may be compared with
     "sweep",  # the sweep that launched it (forensics sweep), and its config there
@@ -112,13 +114,15 @@ PHASE_NAMES = {0: "none", 1: "args", 2: "load", 3: "capture", 4: "ready", 5: "se
 def _run_names(runs: pl.DataFrame) -> pl.DataFrame:
     counts = runs.group_by("source_id").agg(pl.len().alias("_n"))
     runs = runs.join(counts, on="source_id", how="left")
-    stem = pl.col("path").map_elements(
-        lambda p: (
-            PurePosixPath(p).name.removesuffix(".gz").rsplit(".", 1)[0]
-            if "." in PurePosixPath(p).name
-            else PurePosixPath(p).name
-        ),
-        return_dtype=pl.String,
+    from forensics.logsource import COMPRESSED_SUFFIXES
+
+    # the file name without its compression suffix (FORMATS) and its last extension
+    packed = "|".join(re.escape(x) for x in COMPRESSED_SUFFIXES)
+    stem = (
+        pl.col("path")
+        .str.replace(r"^.*/", "")
+        .str.replace(f"({packed})$", "")
+        .str.replace(r"^(.*)\.[^.]*$", "${1}")
     )
     return runs.with_columns(
         (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).alias("run_id"),
@@ -236,76 +240,6 @@ def _decode_stats(store: Store) -> pl.DataFrame:
     )
 
 
-BENCH_SCHEMA = {
-    "run_id": pl.String,
-    "bench_tok_s": pl.Float64,
-    "bench_accept_len": pl.Float64,
-    "bench_at": pl.Datetime("us"),
-    "bench_streams": pl.Int64,
-    "bench_rate": pl.Float64,
-    "bench_in_len": pl.Float64,
-    "bench_out_len": pl.Int64,
-}
-
-
-def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
-    """A column of a stored table that older parts may lack (null then)."""
-    if name in df.columns:
-        return pl.col(name).cast(dtype, strict=False)
-    return pl.lit(None, dtype=dtype)
-
-
-def latest_bench(store: Store) -> pl.DataFrame:
-    """The latest completed benchmark of each run (BENCH_SCHEMA): its tok/s and accept length,
-    and its shape: streams (1 single, N at --concurrency N, null at a --rate), rate, the
-    median prompt length of its requests and its max new tokens."""
-    df = store.table("bench")
-    if df.is_empty() or "run_id" not in df.columns or "completed" not in df.columns:
-        return pl.DataFrame(schema=BENCH_SCHEMA)
-    df = df.filter(pl.col("run_id").is_not_null() & (pl.col("completed") > 0))
-    if df.is_empty():
-        return pl.DataFrame(schema=BENCH_SCHEMA)
-    if "started_at" in df.columns:
-        df = df.sort("started_at", nulls_last=False)
-    df = df.group_by("run_id", maintain_order=True).last()
-    prompt = pl.DataFrame(schema={"bench_id": pl.String, "_in": pl.Float64})
-    reqs = store.table("bench_requests")
-    if not reqs.is_empty() and {"bench_id", "prompt_tokens"} <= set(reqs.columns):
-        prompt = reqs.group_by("bench_id").agg(
-            pl.col("prompt_tokens").cast(pl.Float64).median().alias("_in")
-        )
-    if "bench_id" in df.columns:
-        df = df.join(prompt, on="bench_id", how="left")
-    else:
-        df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_in"))
-    mode = _col(df, "mode", pl.String)
-    conc = _col(df, "concurrency", pl.Int64)
-    streams = (
-        pl.when(mode == "single")
-        .then(pl.lit(1, dtype=pl.Int64))
-        .when(mode == "rate")
-        .then(pl.lit(None, dtype=pl.Int64))
-        .otherwise(conc.fill_null(1))
-    )
-    return df.select(
-        pl.col("run_id").cast(pl.String),
-        _col(df, "output_tok_s", pl.Float64).alias("bench_tok_s"),
-        pl.coalesce(
-            _col(df, "accept_len_client", pl.Float64), _col(df, "accept_len_server", pl.Float64)
-        ).alias("bench_accept_len"),
-        _col(df, "started_at", pl.Datetime("us")).alias("bench_at"),
-        streams.alias("bench_streams"),
-        pl.when(mode == "rate")
-        .then(_col(df, "rate", pl.Float64))
-        .otherwise(None)
-        .alias("bench_rate"),
-        pl.coalesce(_col(df, "input_len", pl.Float64), pl.col("_in")).alias("bench_in_len"),
-        pl.coalesce(_col(df, "output_len", pl.Int64), _col(df, "max_new_tokens", pl.Int64)).alias(
-            "bench_out_len"
-        ),
-    )
-
-
 def _first_error(store: Store) -> pl.DataFrame:
     err = store.table("errors")
     if err.is_empty():
@@ -384,6 +318,7 @@ def runs_table(
         .replace_strict(PHASE_NAMES, return_dtype=pl.String)
         .alias("phase_reached"),
         pl.col("decode_lines").fill_null(0),
+        pl.col("bench_results").fill_null(0),
         pl.col("ready_s_ev").alias("ready_s"),
         pl.col("host_name").alias("host"),
         # version-independent accept rate: accepted drafts / proposed drafts per round

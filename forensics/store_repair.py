@@ -230,6 +230,23 @@ def _shared_keys(f: Path, kind: str, runs: dict[str, dict[str, Any]]) -> list[st
     return sorted(str(i) + kind for i in ids if i)
 
 
+def _rebuilt_source(row: dict[str, Any], stamp: str) -> dict[str, Any]:
+    """The record of a log source rebuilt from its runs rows: read in full by its next ingest."""
+    return {
+        "path": row.get("path"),
+        "host": row.get("host_name") or "local",
+        "size": None,
+        "mtime": None,
+        "head_hash": None,
+        "head_hash_full": None,
+        "content_hash": None,
+        "resume": False,
+        "offset": 0,
+        "runs": None,
+        "repaired_at": stamp,
+    }
+
+
 def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
     """A manifest from the parts on disk; the damaged one is moved aside first."""
     import polars as pl
@@ -288,20 +305,7 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
     for base, (_, f) in runs_parts.items():
         df = pl.read_parquet(f, columns=["path", "host_name"]).head(1)
         shared_runs[base] = df.row(0, named=True) if df.height else {}
-    for base, row in shared_runs.items():
-        man.sources[base] = {
-            "path": row.get("path"),
-            "host": row.get("host_name") or "local",
-            "size": None,
-            "mtime": None,
-            "head_hash": None,
-            "head_hash_full": None,
-            "content_hash": None,
-            "resume": False,  # re-read in full by the next ingest of this log
-            "offset": 0,
-            "runs": None,
-            "repaired_at": stamp,
-        }
+    man.sources = {base: _rebuilt_source(row, stamp) for base, row in shared_runs.items()}
     man.generation = max_gen + 1
     n = sum(len(v) for v in man.tables.values())
     rep.actions.append(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from forensics.cli import main
+from forensics.ingest import DIR_PATTERNS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -207,8 +208,8 @@ def test_directory_without_logs_warns(capsys, tmp_path):
     code, out, err = run(capsys, "ingest", str(empty), str(log))
     assert code == 0 and out.startswith("Ingested 1 file(s)")
     assert err.strip() == (
-        f"Warning: {empty}: directory holds no *.log, *.log.gz, *.out, *.err files "
-        "(sub-folders not searched)"
+        f"Warning: {empty}: directory holds no *.log, *.log.gz, *.log.zst, *.log.xz, "
+        "*.log.bz2, *.log.lz4, *.out, *.err files (sub-folders not searched)"
     )
     # alone: nothing to ingest is an error (exit 3), one line
     code, out, err = run(capsys, "ingest", str(empty))
@@ -357,4 +358,39 @@ def test_ingest_r_skips_evidence_dumps_and_names_its_patterns_issue14(capsys, tm
     (empty / "deep" / "er").mkdir(parents=True)
     code, out, err = run(capsys, *store, "ingest", "-r", str(empty))
     assert code == 3
-    assert "holds no *.log, *.log.gz, *.out, *.err files at any depth" in err
+    assert f"holds no {', '.join(DIR_PATTERNS)} files at any depth" in err
+    assert "*.log.zst, *.log.xz, *.log.bz2, *.log.lz4" in err
+
+
+def test_ingest_dir_picks_up_every_compressed_log_of_the_log_source_issue14(capsys, tmp_path):
+    """A folder of compressed logs: every suffix of the log source's FORMATS is picked up
+    (gzip, zstd, xz, bzip2 read; lz4 named as what it is and skipped)."""
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    body = (FIX / "sglang_two_launches.log").read_bytes()
+    root = tmp_path / "logs"
+    root.mkdir()
+    packers = {
+        ".gz": gzip.compress,
+        ".zst": zstandard.ZstdCompressor().compress,
+        ".xz": lzma.compress,
+        ".bz2": bz2.compress,
+        ".lz4": lambda b: b"\x04\x22\x4d\x18" + b"\x00" * 64,  # an lz4 frame's magic
+    }
+    for suffix, pack in packers.items():
+        (root / f"run{suffix.replace('.', '_')}.log{suffix}").write_bytes(pack(body))
+    code, out, err = run(capsys, "--store", str(tmp_path / "st"), "ingest", str(root), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["files"] == 5 and summary["files_by_status"]["new"] == 4
+    assert summary["runs"] == 8  # two launches in each of the four read
+    assert summary["files_skipped"] == {"binary": 1}
+    assert any("lz4-compressed data (not read: decompress it with lz4 -d)" in w
+               for w in summary["warnings"])  # fmt: skip
+    code, out, _ = run(capsys, "--store", str(tmp_path / "st"), "runs", "--json")
+    names = sorted({r["name"].split("#")[0] for r in json.loads(out)})
+    assert names == ["run_bz2", "run_gz", "run_xz", "run_zst"]  # no ".log" left in a name

@@ -26,7 +26,7 @@ QWEN = "/models/Qwen3-8B"
 K8 = "Kimi-K2.5 · tp8 · local · c=1"
 K4 = "Kimi-K2.5 · tp4 · local · c=1"
 L1 = "Llama-3.1-8B-Instruct · tp1 · local · c=1"
-L4 = "Llama-3.1-8B-Instruct · tp1 · local · c=4 in=? out=256"
+L4 = "Llama-3.1-8B-Instruct · tp1 · local · c=4 out=256"  # prompt lengths unknown: no in=
 Q4 = "Qwen3-8B · tp1 · local · c=4"
 SPEC = {"steps": 3, "topk": 4, "dt_tokens": 5}
 

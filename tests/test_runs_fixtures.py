@@ -321,3 +321,23 @@ def test_report_on_fixtures_names_runs_and_baseline(store, table, tmp_path):
     # failed runs get their section, the successful 0.5.14 run does not
     assert "sglang_fail_capture: died in" in html
     assert "sglang_eagle3_cg_16dt: died" not in html
+
+
+def test_a_run_with_several_benchmarks_counts_them_and_show_lists_each(tmp_path):
+    """A bench_serving file of two shapes attached to one run (fixtures/stores/v3): `runs`
+    counts them beside the latest one's tok/s, `show` lists each with its shape."""
+    home = tmp_path / "st"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "stores" / "v3", home)
+    home.chmod(0o700)
+    r = CliRunner().invoke(cli, ["--store", str(home), "runs", "--json"])
+    assert r.exit_code == 0, r.output
+    runs = {x["name"]: x for x in json.loads(r.output)}
+    assert runs["sglang_grows"]["bench_results"] == 2
+    assert runs["sglang_grows"]["bench_tok_s"] == pytest.approx(215.7, abs=0.05)  # the latest
+    assert runs["sglang_fail_capture"]["bench_results"] == 0
+    r = CliRunner().invoke(cli, ["--store", str(home), "show", "grows", "--json"])
+    assert r.exit_code == 0, r.output
+    shown = [(b["shape"], round(b["tok_s"], 1)) for b in json.loads(r.output)["benchmarks"]]
+    assert shown == [("c=1 in=256 out=128", 79.3), ("c=4 in=512 out=64", 215.7)]
+    r = CliRunner().invoke(cli, ["--store", str(home), "show", "grows"], env={"COLUMNS": "100"})
+    assert "benchmarks (2)" in r.output and "c=4 in=512 out=64" in r.output

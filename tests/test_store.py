@@ -124,7 +124,12 @@ def test_kill_9_mid_ingest_then_resume_C04(tmp_path):
     ingest(Store.open(st), [str(small)])
     before = snapshot(Store.open(st))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = "import sys; from forensics.cli import main; main(sys.argv[1:])"
+    # parts every 5,000 rows, so it writes them while it parses (the default, 400,000 rows,
+    # writes this log's 90,000 decode rows only at its commit)
+    code = (
+        "import sys, forensics.store.transaction as t; t.STAGE_ROWS = 5000; "
+        "from forensics.cli import main; main(sys.argv[1:])"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--store", str(st), "ingest", str(big)],
         env=env,

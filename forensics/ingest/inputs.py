@@ -10,10 +10,12 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from forensics.errors import BadPath, FileMissing, ForensicsError, InputNotFound, PermissionDenied
+from forensics.logsource import COMPRESSED_SUFFIXES
 
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
-# are read whatever their suffix): server logs, not forensics' own evidence/*.txt dumps.
-DIR_PATTERNS = ("*.log", "*.log.gz", "*.out", "*.err")
+# are read whatever their suffix): server logs, compressed or not (the suffixes of the log
+# source's FORMATS: *.log.gz, *.log.zst, ...), not forensics' own evidence/*.txt dumps.
+DIR_PATTERNS = ("*.log", *(f"*.log{s}" for s in COMPRESSED_SUFFIXES), "*.out", "*.err")
 DIR_SKIP = ("evidence",)  # folders never descended into: $FORENSICS_HOME/evidence/LAUNCH/...
 
 

@@ -129,6 +129,10 @@ class Store:
             assert self._man is not None
             return self._man
         man = Manifest.load(path)
+        if not man.complete and self._lock_depth == 0 and self.parts_on_disk():
+            man = Manifest.load(path)  # the first commit of a new store may have just landed
+            if not man.complete and self._writer_active():
+                return Manifest()  # its first commit is under way: nothing committed yet
         if not man.complete:
             n = len(self.parts_on_disk())
             if n:
@@ -147,6 +151,23 @@ class Store:
         if self._lock_depth == 0 and key is not None:
             self._man, self._man_key = man, key
         return man
+
+    def _writer_active(self) -> bool:
+        """Does a writer hold the store lock now (a reader only asks; it never takes it)?"""
+        try:
+            fd = os.open(self.root / LOCK, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def parts_on_disk(self) -> list[Path]:
         """Every tables/<table>/*.parquet file (listed or not; not *.tmp, not set aside)."""
