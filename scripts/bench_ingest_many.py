@@ -110,3 +110,7 @@ def main() -> None:
             f"| {r['reference']} {r['reference_s']:.2f} s ({r['reference_cpu_s']:.2f} CPU), "
             f"cat {r['cat_s']:.2f} s | {r['manifest_mb']} MB | {r['parts']} | {r['load_avg_1m']} |"
         )
+
+
+if __name__ == "__main__":
+    main()
