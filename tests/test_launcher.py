@@ -590,3 +590,41 @@ def test_launch_causes_are_a_table_first_row_that_applies_wins():
     assert (got["cause"], got["phase"], got["next_steps"]) == ("cuda_oom", "load", ["less"])
     assert launch_cause(ctx(status="failed"))["cause"] == "server-exited"
     assert launch_cause(ctx(status="ready")) == {}
+
+
+def _journal(chain: str, *events: dict):
+    from forensics_parsers.journal import parse_journal
+
+    begin = {"event": "begin", "t": 1.0, "pid": 10, "chain": chain, "shell": "bash",
+             "mode": "replay", "server_step": 2}  # fmt: skip
+    lines = [{"v": 1, "launch_id": "L1", **e} for e in (begin, *events)]
+    return parse_journal("\n".join(json.dumps(x) for x in lines))
+
+
+def test_journal_causes_are_rows_with_their_remedies():
+    """Issue 12: each JOURNAL_CAUSES row finds, explains and says what to try; the two rows no
+    real launch above reaches (killed from outside, a failed step before the server)."""
+    from forensics.launcher import JOURNAL_CAUSES
+
+    ids = [r.id for r in JOURNAL_CAUSES]
+    assert ids[0] == "cleanup-self-kill" and ids[-1] == "step-failed" and len(set(ids)) == 6
+    assert all(r.remedies for r in JOURNAL_CAUSES)
+    srv = "nohup python3 -m sglang.launch_server --port 1 > /tmp/x.log 2>&1 &"
+    killed = _journal(
+        f"sleep 100; {srv}",
+        {"event": "start", "step": 1, "t": 1.1, "kind": "wait", "orig": "sleep 100"},
+        {"event": "exit", "t": 5.0, "rc": 137},
+    )
+    d = launcher.diagnose_journal(killed)
+    assert (d["cause"], d["phase"], d["step"]) == ("launcher-killed", "cleanup", 1)
+    assert "SIGKILL" in d["explanation"] and "`sleep 100`" in d["explanation"]
+    assert d["next_steps"] == list(JOURNAL_CAUSES[4].remedies)
+    failed = _journal(
+        f"false && {srv}",
+        {"event": "start", "step": 1, "t": 1.1, "kind": "other", "orig": "false"},
+        {"event": "end", "step": 1, "t": 1.2, "rc": 1, "tail": "boom"},
+        {"event": "exit", "t": 1.3, "rc": 1},
+    )
+    d = launcher.diagnose_journal(failed)
+    assert (d["cause"], d["step"]) == ("step-failed", 1)
+    assert d["explanation"].endswith("never reached the server step 2: boom")

@@ -68,7 +68,9 @@ def _server_phrase(a: dict[str, Any]) -> str:
     return f"{what} never ran, so no log was written"
 
 
-def _cause_self_kill(a: dict[str, Any]) -> dict[str, Any] | None:
+def _find_self_kill(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The step whose kill pattern matches the launching shell, when the shell died of a
+    signal during it."""
     ex = a["exit"]
     if ex is None or ex.get("rc") is None or ex["rc"] <= 128 or a["chain"] is None:
         return None
@@ -77,28 +79,12 @@ def _cause_self_kill(a: dict[str, Any]) -> dict[str, Any] | None:
         if n in a["ends"] or start.get("kind") == "server":
             continue
         step = next((s for s in a["chain"].steps if s.index == n), None)
-        if step is None:
-            continue
-        for spec in step_kills(step):
+        for spec in step_kills(step) if step is not None else []:
             m = self_kill_match(spec, cmdline)
             if m:
-                shown = m.group(0) if m.group(0) == spec.pattern else f"{m.group(0)}"
-                return {
-                    "cause": "cleanup-self-kill",
-                    "phase": "cleanup",
-                    "step": n,
-                    "explanation": (
-                        f"step {n} {_q(start.get('orig'))} killed the launching shell "
-                        f"({_rc_text(ex['rc'])}): its command line contains `{shown}`; "
-                        f"{_server_phrase(a)}."
-                    ),
-                    "next_steps": [
-                        "stop the previous server by its process group: forensics stop NAME",
-                        "or start runs with forensics launch (own process group, pid file)",
-                        f"if you keep a pattern, it must not match the chain: `{spec.pattern}` "
-                        "is in the chain's own text",
-                    ],
-                }
+                return {"step": n, "orig": start.get("orig"), "rc": ex["rc"],
+                        "shown": m.group(0), "pattern": spec.pattern,
+                        "server": _server_phrase(a)}  # fmt: skip
     return None
 
 
@@ -121,46 +107,40 @@ def _waiting_text(ps_lines: str) -> str:
     )
 
 
-def _cause_hang(a: dict[str, Any]) -> dict[str, Any] | None:
+def _find_hang(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The first step killed at its deadline (not the server's)."""
     for n, end in sorted(a["ends"].items()):
         start = a["starts"].get(n, {})
         if not end.get("timed_out") or start.get("kind") == "server":
             continue
-        waiting = (end.get("waiting_on") or "").strip()
         phase = "cleanup" if start.get("kind") in ("cleanup", "wait", "other") else "pre-exec"
-        return {
-            "cause": "cleanup-hang",
-            "phase": phase,
-            "step": n,
-            "explanation": (
-                f"step {n} {_q(start.get('orig'))} was still running at its "
-                f"{start.get('deadline_s') or 0:g} s deadline and was killed "
-                f"({_rc_text(end.get('rc'))})"
-                + (
-                    f"; it was waiting on: {_waiting_text(waiting)}"
-                    if waiting
-                    else "; no process of the step was left to show what it waited on"
-                )
-                + "."
-            ),
-            "next_steps": [
-                "look for a process in uninterruptible GPU teardown (state D) with ps / "
-                "nvidia-smi before starting the next server",
-                "give cleanup a deadline (timeout -k 5 30 ...) and stop runs by process group",
-            ],
-        }
+        return {"step": n, "phase": phase, "orig": start.get("orig"), "rc": end.get("rc"),
+                "deadline": start.get("deadline_s") or 0,
+                "waiting": (end.get("waiting_on") or "").strip()}  # fmt: skip
     return None
 
 
-def _cause_and_after(a: dict[str, Any]) -> dict[str, Any] | None:
+def _explain_hang(f: dict[str, Any]) -> str:
+    waited = (
+        f"; it was waiting on: {_waiting_text(f['waiting'])}"
+        if f["waiting"]
+        else "; no process of the step was left to show what it waited on"
+    )
+    return (
+        f"step {f['step']} {_q(f['orig'])} was still running at its {f['deadline']:g} s "
+        f"deadline and was killed ({_rc_text(f['rc'])}){waited}."
+    )
+
+
+def _find_and_after(a: dict[str, Any]) -> dict[str, Any] | None:
+    """A kill step that failed before `&&`, so that the steps after it never started."""
     chain = a["chain"]
     if chain is None or a["server"] is not None:
         return None
+    srv = server_step(chain)
     for step in chain.steps:
         end = a["ends"].get(step.index)
         if end is None or end.get("rc") in (0, None) or step.connector != "&&":
-            continue
-        if not step_kills(step):
             continue
         skipped = [
             s.index
@@ -169,53 +149,48 @@ def _cause_and_after(a: dict[str, Any]) -> dict[str, Any] | None:
             and s.list_index == step.list_index
             and s.index not in a["starts"]
         ]
-        if not skipped:
-            continue
-        return {
-            "cause": "and-after-pkill",
-            "phase": "cleanup",
-            "step": step.index,
-            "explanation": (
-                f"step {step.index} {_q(step.text)} exited {end['rc']} (nothing matched), so "
-                f"`&&` skipped step(s) {', '.join(map(str, skipped))}; "
-                + (
-                    "the server step was among them, so no log was written."
-                    if a["server_step"] in skipped
-                    or (server_step(chain) and server_step(chain).index in skipped)
-                    else "the chain went on without them."
-                )
-            ),
-            "next_steps": ["use `;` (or `|| true`) after cleanup steps, not `&&`"],
-        }
+        if step_kills(step) and skipped:
+            server_skipped = a["server_step"] in skipped or bool(srv and srv.index in skipped)
+            return {"step": step.index, "text": step.text, "rc": end["rc"], "skipped": skipped,
+                    "server_skipped": server_skipped}  # fmt: skip
     return None
+
+
+def _explain_and_after(f: dict[str, Any]) -> str:
+    after = (
+        "the server step was among them, so no log was written."
+        if f["server_skipped"]
+        else "the chain went on without them."
+    )
+    return (
+        f"step {f['step']} {_q(f['text'])} exited {f['rc']} (nothing matched), so `&&` skipped "
+        f"step(s) {', '.join(map(str, f['skipped']))}; {after}"
+    )
 
 
 _NO_DIR = re.compile(r"No such file or directory|Directory nonexistent|cannot create|can't create")
 
 
-def _cause_log_dir(a: dict[str, Any]) -> dict[str, Any] | None:
+def _find_log_dir(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The server step failed because the shell could not open its log."""
     n = a["server_step"]
     end = a["ends"].get(n) if n is not None else None
     if end is None or end.get("rc") in (0, None):
         return None
-    tail = end.get("tail") or ""
+    tail = (end.get("tail") or "").strip()
     if not _NO_DIR.search(tail):
         return None
-    start = a["starts"].get(n, {})
+    said = tail.splitlines()[-1][:200] if tail else ""
     return {
-        "cause": "log-dir-missing",
-        "phase": "pre-exec",
         "step": n,
-        "explanation": (
-            f"step {n} {_q(start.get('orig'))} failed before the server ran "
-            f"({_rc_text(end.get('rc'))}): the shell could not open the log for the "
-            f"redirection: {tail.strip().splitlines()[-1][:200] if tail.strip() else ''}"
-        ),
-        "next_steps": ["create the log directory first (mkdir -p DIR); forensics launch does"],
+        "orig": a["starts"].get(n, {}).get("orig"),
+        "rc": end.get("rc"),
+        "said": said,
     }
 
 
-def _cause_killed(a: dict[str, Any]) -> dict[str, Any] | None:
+def _find_killed(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The launching shell died of a signal that none of the chain's patterns explains."""
     ex = a["exit"]
     if ex is None or (ex.get("rc") or 0) <= 128:
         return None
@@ -223,22 +198,21 @@ def _cause_killed(a: dict[str, Any]) -> dict[str, Any] | None:
         n for n in a["starts"] if n not in a["ends"] and a["starts"][n].get("kind") != "server"
     ]
     n = open_[0] if open_ else None
-    start = a["starts"].get(n, {}) if n is not None else {}
-    return {
-        "cause": "launcher-killed",
-        "phase": "cleanup",
-        "step": n,
-        "explanation": (
-            f"the launching shell died ({_rc_text(ex['rc'])})"
-            + (f" during step {n} {_q(start.get('orig'))}" if n is not None else "")
-            + "; nothing in the chain's own patterns matches it, so it was killed from outside "
-            "(another cleanup, an OOM kill, or the SSH session closing)."
-        ),
-        "next_steps": ["check dmesg for the OOM killer and who else runs cleanups on the host"],
-    }
+    orig = a["starts"].get(n, {}).get("orig") if n is not None else None
+    return {"step": n, "orig": orig, "rc": ex["rc"]}
 
 
-def _cause_chain_stopped(a: dict[str, Any]) -> dict[str, Any] | None:
+def _explain_killed(f: dict[str, Any]) -> str:
+    during = f" during step {f['step']} {_q(f['orig'])}" if f["step"] is not None else ""
+    return (
+        f"the launching shell died ({_rc_text(f['rc'])}){during}; nothing in the chain's own "
+        "patterns matches it, so it was killed from outside (another cleanup, an OOM kill, or "
+        "the SSH session closing)."
+    )
+
+
+def _find_failed_step(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The last failed step of a chain that ended before its server step started."""
     if a["exit"] is None or a["server"] is not None or a["chain"] is None:
         return None
     srv = server_step(a["chain"])
@@ -248,28 +222,105 @@ def _cause_chain_stopped(a: dict[str, Any]) -> dict[str, Any] | None:
     if not failed:
         return None
     n, end = failed[-1]
-    return {
-        "cause": "step-failed",
-        "phase": "cleanup",
-        "step": n,
-        "explanation": (
-            f"step {n} {_q(a['starts'].get(n, {}).get('orig'))} failed ({_rc_text(end.get('rc'))}) "
-            f"and the chain never reached the server step {srv.index}: "
-            + ((end.get("tail") or "").strip().splitlines() or ["no output"])[-1][:200]
+    said = ((end.get("tail") or "").strip().splitlines() or ["no output"])[-1][:200]
+    orig = a["starts"].get(n, {}).get("orig")
+    return {"step": n, "orig": orig, "rc": end.get("rc"), "server": srv.index, "said": said}
+
+
+@dataclasses.dataclass(frozen=True)
+class JournalCause:
+    """A failure the journal shows (a JOURNAL_CAUSES row): how to find it in the journal's
+    analysis (``find`` -> the facts, with the step, or None), what it means, what to try."""
+
+    id: str
+    phase: str  # unless the facts say otherwise ("phase")
+    find: Callable[[dict[str, Any]], dict[str, Any] | None]
+    explain: Callable[[dict[str, Any]], str]
+    remedies: tuple[str, ...] = ()
+    more: Callable[[dict[str, Any]], list[str]] = lambda f: []  # remedies naming the facts
+
+
+# Most specific first; the first row that finds something is the diagnosis.
+JOURNAL_CAUSES: tuple[JournalCause, ...] = (
+    JournalCause(
+        "cleanup-self-kill",
+        "cleanup",
+        _find_self_kill,
+        explain=lambda f: (
+            f"step {f['step']} {_q(f['orig'])} killed the launching shell ({_rc_text(f['rc'])}): "
+            f"its command line contains `{f['shown']}`; {f['server']}."
         ),
-        "next_steps": ["fix that step, or separate it from the server start with `;`"],
-    }
-
-
-# Journal causes, most specific first: (id, detector). The first that fires is the diagnosis.
-JOURNAL_CAUSES: tuple[tuple[str, Callable[[dict[str, Any]], dict[str, Any] | None]], ...] = (
-    ("cleanup-self-kill", _cause_self_kill),
-    ("cleanup-hang", _cause_hang),
-    ("log-dir-missing", _cause_log_dir),
-    ("and-after-pkill", _cause_and_after),
-    ("launcher-killed", _cause_killed),
-    ("step-failed", _cause_chain_stopped),
+        remedies=(
+            "stop the previous server by its process group: forensics stop NAME",
+            "or start runs with forensics launch (own process group, pid file)",
+        ),
+        more=lambda f: [
+            f"if you keep a pattern, it must not match the chain: `{f['pattern']}` is in the "
+            "chain's own text"
+        ],
+    ),
+    JournalCause(
+        "cleanup-hang",
+        "cleanup",
+        _find_hang,
+        explain=_explain_hang,
+        remedies=(
+            "look for a process in uninterruptible GPU teardown (state D) with ps / "
+            "nvidia-smi before starting the next server",
+            "give cleanup a deadline (timeout -k 5 30 ...) and stop runs by process group",
+        ),
+    ),
+    JournalCause(
+        "log-dir-missing",
+        "pre-exec",
+        _find_log_dir,
+        explain=lambda f: (
+            f"step {f['step']} {_q(f['orig'])} failed before the server ran "
+            f"({_rc_text(f['rc'])}): the shell could not open the log for the redirection: "
+            f"{f['said']}"
+        ),
+        remedies=("create the log directory first (mkdir -p DIR); forensics launch does",),
+    ),
+    JournalCause(
+        "and-after-pkill",
+        "cleanup",
+        _find_and_after,
+        explain=_explain_and_after,
+        remedies=("use `;` (or `|| true`) after cleanup steps, not `&&`",),
+    ),
+    JournalCause(
+        "launcher-killed",
+        "cleanup",
+        _find_killed,
+        explain=_explain_killed,
+        remedies=("check dmesg for the OOM killer and who else runs cleanups on the host",),
+    ),
+    JournalCause(
+        "step-failed",
+        "cleanup",
+        _find_failed_step,
+        explain=lambda f: (
+            f"step {f['step']} {_q(f['orig'])} failed ({_rc_text(f['rc'])}) and the chain never "
+            f"reached the server step {f['server']}: {f['said']}"
+        ),
+        remedies=("fix that step, or separate it from the server start with `;`",),
+    ),
 )
+
+
+def journal_cause(a: dict[str, Any]) -> dict[str, Any] | None:
+    """The first JOURNAL_CAUSES row that finds something, as the diagnosis' fields."""
+    for row in JOURNAL_CAUSES:
+        facts = row.find(a)
+        if facts is not None:
+            return {
+                "cause": row.id,
+                "phase": facts.get("phase", row.phase),
+                "step": facts["step"],
+                "explanation": row.explain(facts),
+                "next_steps": [*row.remedies, *row.more(facts)],
+            }
+    return None
 
 
 def _evidence_rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -290,10 +341,9 @@ def diagnose_journal(frame_or_path: pl.DataFrame | str | Path) -> dict[str, Any]
                 (pl.col("launch_id") == lids[-1]) | (pl.col("event") == "unparsed")
             )
     a = _analysis(frame)
-    for _cid, detect in JOURNAL_CAUSES:
-        found = detect(a)
-        if found:
-            return {**found, "evidence": _evidence_rows(frame)}
+    found = journal_cause(a)
+    if found:
+        return {**found, "evidence": _evidence_rows(frame)}
     if a["begin"] is None and frame.is_empty():
         explanation = "the journal is empty: the wrapper never started (check the host and path)"
     elif a["server"] is not None:
