@@ -41,7 +41,9 @@ def store(tmp_path):
     yield st
     # stop whatever our launches left running: their own process groups only
     df = launcher.launches_frame(st)
-    for row in df.filter(df["status"] == "ready").iter_rows(named=True):
+    # (a failed test may leave its launch running, unknown or interrupted: stopped too)
+    live = df.filter(df["status"].is_in(["ready", *launcher.UNSETTLED]))
+    for row in live.iter_rows(named=True):
         launcher.stop(st, row["name"], grace_s=3)
 
 
