@@ -105,9 +105,43 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def echo_json(data: Any) -> None:
-    text = json.dumps(json_ready(data), default=json_default, indent=2, ensure_ascii=False)
-    click.echo(text)
+def json_text(data: Any, *, rounded: bool = False) -> str:
+    """The one JSON rendering of every `--json` output: floats through json_float, two-space
+    indent, UTF-8 as is. orjson's encoder (about ten times Python's indenting one, which is
+    pure Python: a third of `runs --json` at 10,000 runs); the standard library only for what
+    orjson refuses (integers past 64 bits), with the same layout."""
+    import orjson
+
+    ready = data if rounded else json_ready(data)
+    try:
+        return orjson.dumps(
+            ready,
+            default=json_default,
+            option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME,
+        ).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
+
+
+def echo_json(data: Any, *, rounded: bool = False) -> None:
+    """``rounded``: the floats already went through json_float (frame_rows)."""
+    click.echo(json_text(data, rounded=rounded))
+
+
+def frame_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """The rows of ``df`` as dicts, float columns through json_float column by column (not a
+    walk over every cell: 10,000 runs are 330,000 cells, 46,000 of them floats)."""
+    import polars as pl
+
+    floats = [c for c, t in df.schema.items() if t in (pl.Float32, pl.Float64)]
+    if floats:
+        df = df.with_columns(
+            pl.Series(
+                c, [None if x is None else json_float(x) for x in df[c].to_list()], pl.Float64
+            )
+            for c in floats
+        )
+    return df.to_dicts()
 
 
 def emit_frame(
@@ -116,7 +150,7 @@ def emit_frame(
     """Print a frame as a rich table (people), JSON (array of objects) or CSV (scripts).
     ``keep``: the columns a narrow terminal should show longest."""
     if fmt == "json":
-        echo_json(df.to_dicts())
+        echo_json(frame_rows(df), rounded=True)
     elif fmt == "csv":
         sys.stdout.write(df.write_csv())
     else:

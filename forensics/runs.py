@@ -160,6 +160,7 @@ def _timings(store: Store) -> pl.DataFrame:
         )
     key = ["source_id", "run_index"]
     rank_map = {stage: r for stage, _, r in STAGE_RANK}
+    ev = ev.lazy()  # one plan, one collect: the scans of `ev` below are shared
     reached = ev.group_by(key).agg(
         pl.col("stage")
         .replace_strict(rank_map, default=0, return_dtype=pl.Int32)
@@ -208,7 +209,7 @@ def _timings(store: Store) -> pl.DataFrame:
         ).alias("load_s"),
         pl.coalesce(pl.col("_cap_el"), pl.col("_cap_ms") / 1000.0).alias("capture_s"),
         ((pl.col("_ready") - pl.col("_t0")).dt.total_milliseconds() / 1000.0).alias("ready_s_ev"),
-    )
+    ).collect()
 
 
 def _decode_stats(store: Store) -> pl.DataFrame:
