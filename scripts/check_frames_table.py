@@ -1,4 +1,5 @@
-"""Re-check the frames -> phase table (forensics/frames.py) against SGLang release wheels.
+"""Re-check the frames -> phase table (forensics/frames/, one module per phase) against SGLang
+release wheels.
 
     pip download --no-deps sglang==0.4.6 -d /tmp/sgl        # one or more versions
     python scripts/check_frames_table.py /tmp/sgl [--fix]
@@ -7,7 +8,7 @@ For every row of ``FRAMES`` that names SGLang's own code, the versions whose whe
 function (``def NAME(`` in a .py file under sglang/) or has the file (a path ending in, or
 containing, the row's ``file``) are compared with the row's ``seen``, over the versions whose
 wheels are in the folder. Exit 1 when a row disagrees (``--fix`` rewrites those ``seen``
-strings in forensics/frames.py). Rows marked "(not SGLang)" are skipped. Wheels are read as
+strings in the forensics/frames/ module that holds the row). Rows marked "(not SGLang)" are skipped. Wheels are read as
 zip files; nothing is installed or imported.
 """
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     idx = {v: index(p) for v, p in ws.items()}
     checked = list(idx)
-    src = (ROOT / "forensics" / "frames.py").read_text()
+    srcs = {p: p.read_text() for p in sorted((ROOT / "forensics" / "frames").glob("*.py"))}
     bad = 0
     for row in frames.FRAMES:
         if "(not SGLang)" in row["where"]:
@@ -100,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 r'(\{\s*"' + key + r'": "' + re.escape(row[key]) + r'",.*?"seen": ")[^"]*(")',
                 re.S,
             )
-            src, n = pat.subn(lambda m, new=new: m.group(1) + new + m.group(2), src, count=1)
+            n = 0
+            for p, src in srcs.items():
+                srcs[p], k = pat.subn(lambda m, new=new: m.group(1) + new + m.group(2), src, 1)
+                n += k
             assert n == 1, row
     if args.fix and bad:
-        (ROOT / "forensics" / "frames.py").write_text(src)
+        for p, src in srcs.items():
+            p.write_text(src)
     print(f"{len(frames.FRAMES)} rows, {len(checked)} wheels ({' '.join(checked)}): {bad} disagree")
     return 1 if bad and not args.fix else 0
 

@@ -1,6 +1,7 @@
 """Train the phase model on the shipped corpus and package it as forensics/data/phase-model.json.
 
-Run after changing the corpus, forensics/classifier.py or forensics/signatures.py; the test
+Run after changing the corpus, forensics/classifier/, forensics/signatures/, forensics/frames/ or
+the SGLang parser (parsers/sglang/); the test
 suite fails while the packaged model is stale (tests/test_classifier.py).
 """
 

@@ -235,44 +235,10 @@ def declaring_modules(
 # ------------------------------------------------------------------------------------------
 # Today's violators. ONLY DELETE LINES HERE (in the commit that fixes the item).
 # ------------------------------------------------------------------------------------------
-ALLOW_LONG_MODULES: set[Violation] = {
-    ("forensics/classifier.py", ""),
-    ("forensics/frames.py", ""),
-    ("forensics/signatures.py", ""),
-}
-ALLOW_LONG_FUNCTIONS: set[Violation] = {
-    ("forensics/classifier.py", "_decide"),
-    ("forensics/classifier.py", "analyze"),
-    ("forensics/classifier.py", "evaluate"),
-}
+ALLOW_LONG_MODULES: set[Violation] = set()
+ALLOW_LONG_FUNCTIONS: set[Violation] = set()
 ALLOW_DYNAMIC_IMPORTS: set[Violation] = set()
-ALLOW_TABLE_LITERALS: set[Violation] = {
-    ("forensics/classifier.py", "argparse_error"),
-    ("forensics/classifier.py", "argparse_usage"),
-    ("forensics/classifier.py", "bind_error"),
-    ("forensics/classifier.py", "capture_failed"),
-    ("forensics/classifier.py", "cuda_oom"),
-    ("forensics/classifier.py", "detokenizer_heartbeat"),
-    ("forensics/classifier.py", "device_side_assert"),
-    ("forensics/classifier.py", "exit_code"),
-    ("forensics/classifier.py", "fatal_python"),
-    ("forensics/classifier.py", "generic_error"),
-    ("forensics/classifier.py", "generic_warning"),
-    ("forensics/classifier.py", "illegal_memory_access"),
-    ("forensics/classifier.py", "init_failed"),
-    ("forensics/classifier.py", "kv_pool_oom"),
-    ("forensics/classifier.py", "orphan_gpu_process"),
-    ("forensics/classifier.py", "port_wait"),
-    ("forensics/classifier.py", "scheduler_dead"),
-    ("forensics/classifier.py", "scheduler_died"),
-    ("forensics/classifier.py", "sigquit"),
-    ("forensics/classifier.py", "subprocess_crash"),
-    ("forensics/classifier.py", "uvicorn_access"),
-    ("forensics/classifier.py", "uvicorn_warning"),
-    ("forensics/classifier.py", "weight_load_oom"),
-    ("forensics/signatures.py", "state_deleted"),
-    ("forensics/signatures.py", "triton_diag"),
-}
+ALLOW_TABLE_LITERALS: set[Violation] = set()
 
 
 # ------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def test_paste_is_bounded_cut_at_a_line_and_says_so():
 
 
 def test_paste_past_the_cap_warns_on_stderr(monkeypatch):
-    monkeypatch.setattr(classifier, "PASTE_MAX", 4096)
+    monkeypatch.setattr(classifier.sources, "PASTE_MAX", 4096)  # where read_paste reads it
     text = OK_LOG.read_bytes()
     assert len(text) > 4096
     res = CliRunner().invoke(cli, ["classify", "-"], input=text)

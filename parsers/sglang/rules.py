@@ -63,6 +63,12 @@ class Rule:
     starts_run: bool = False  # in a run that has begun, this line begins the next launch
     style: tuple[str, str] | None = None  # (version tag, regex searched on the message)
     content: bool | None = None  # None: every kind but QUIET_KINDS
+    # what the line means to a reader of a failure (forensics.classifier): "exit" a process of
+    # the tree exited; "consequence" a child failed (says that, not why); "fatal" an error
+    # line that ends a launch by itself; "error" an error line that decides only when an exit
+    # follows; "hint" a kept line that may carry a catalog signature
+    role: str | None = None
+    cited_by: str | None = None  # the rule whose line cites instead (a usage dump: its error)
 
     @property
     def inert(self) -> bool:
@@ -183,9 +189,10 @@ RULES: list[Rule] = [
         r"^ERROR: +\[Errno \d+\] error while attempting to bind on address",
         None,
         "error",
+        role="fatal",
     ),
     Rule("uvicorn_error", r"^ERROR: +", None, "error"),
-    Rule("uvicorn_warning", r"^WARNING: +", None, "warning"),
+    Rule("uvicorn_warning", r"^WARNING: +", None, "warning", role="hint"),
     Rule("ready", r"^The server is fired up and ready to roll!", "ready", "stage"),
     Rule(
         "warmup",
@@ -213,20 +220,23 @@ RULES: list[Rule] = [
         r"^(?:Received sigquit from a child proc(?:es|ess)\.|SIGQUIT received\. )",
         None,
         "error",
+        role="exit",
     ),
     Rule(
         "scheduler_dead",
         r"Rank \d+ scheduler (?:is dead|died during initialization)",
         None,
         "error",
+        role="consequence",
     ),
-    Rule("exit_code", r"^Exit code: -?\d+", None, "error"),
-    Rule("init_failed", r"^Initialization failed\. ", None, "error"),
+    Rule("exit_code", r"^Exit code: -?\d+", None, "error", role="exit"),
+    Rule("init_failed", r"^Initialization failed\. ", None, "error", role="consequence"),
     Rule(
         "subprocess_crash",
         r"^(?:Subprocess .+ \(pid=\d+\) crashed with exit code -?\d+|Child process unexpectedly failed with)",
         None,
         "error",
+        role="exit",
     ),
     Rule(
         "watchdog",
@@ -254,11 +264,25 @@ RULES: list[Rule] = [
         "error",
     ),
     Rule("nccl_error", r"NCCL error", None, "error"),
-    Rule("port_wait", r"^port \d+ is in use\. Waiting|^Port is already in use\.", None, "error"),
+    Rule(
+        "port_wait",
+        r"^port \d+ is in use\. Waiting|^Port is already in use\.",
+        None,
+        "error",
+        role="hint",
+    ),
     # `usage: launch_server.py [-h] ...` (not a wrapped `token usage: 0.37` piece)
-    Rule("argparse_usage", r"^usage: [\w./-]+(?: [\w./-]+)? [\[-]", None, "usage", starts_run=True),
-    Rule("argparse_error", r"^[\w./ -]+: error: ", None, "error"),
-    Rule("fatal_python", r"^Fatal Python error: ", None, "error"),
+    Rule(
+        "argparse_usage",
+        r"^usage: [\w./-]+(?: [\w./-]+)? [\[-]",
+        None,
+        "usage",
+        starts_run=True,
+        role="hint",
+        cited_by="argparse_error",
+    ),
+    Rule("argparse_error", r"^[\w./ -]+: error: ", None, "error", role="fatal"),
+    Rule("fatal_python", r"^Fatal Python error: ", None, "error", role="fatal"),
     Rule("flush_cache", r"^Cache (?:flushed successfully|not flushed)", None, "info"),
     Rule("health_shutdown", r"^Health check request received during shutdown", None, "info"),
     Rule("state_deleted", r"but the state was deleted in TokenizerManager", None, "noise"),
@@ -276,9 +300,13 @@ RULES: list[Rule] = [
         "warning",
     ),
     Rule(
-        "generic_error", r"(?i)^(?:error|fatal|critical)\b|\b(?:Error|Exception): ", None, "error"
+        "generic_error",
+        r"(?i)^(?:error|fatal|critical)\b|\b(?:Error|Exception): ",
+        None,
+        "error",
+        role="error",
     ),
-    Rule("generic_warning", r"(?i)^warn(?:ing)?\b|Warning: ", None, "warning"),
+    Rule("generic_warning", r"(?i)^warn(?:ing)?\b|Warning: ", None, "warning", role="hint"),
 ]
 BY_NAME = {r.name: r for r in RULES}
 _RULES = [(r.name, re.compile(r.pattern), r.stage, r.kind) for r in RULES]

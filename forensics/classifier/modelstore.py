@@ -1,0 +1,97 @@
+"""Where models live: the store's cached model, the packaged one, loading the current one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from forensics.classifier.corpus import CORPUS, corpus_digest
+from forensics.classifier.model import MODEL_VERSION, Model
+from forensics.errors import ForensicsError
+
+
+def _model_path(store) -> Path:
+    return Path(store.root) / "models" / "phase-model.json"
+
+
+def save_model(store, model: Model) -> Path:
+    p = _model_path(store)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(model.data, separators=(",", ":")))
+        os.replace(tmp, p)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written model behind
+        raise
+    return p
+
+
+_MODEL_CACHE: dict[str, Model] = {}
+
+
+def _cache_key(store) -> str:
+    return str(Path(store.root).resolve()) if store is not None else ""
+
+
+# The model trained on the shipped corpus, packaged as JSON (scripts/train_packaged_model.py);
+# used when its digest matches the corpus and code, so a fresh store needs no training.
+PACKAGED_MODEL = Path(__file__).resolve().parents[1] / "data" / "phase-model.json"
+
+
+def packaged_model(digest: str | None) -> Model | None:
+    """The packaged model, if it was trained on this corpus and code (any, if no corpus)."""
+    try:
+        data = json.loads(PACKAGED_MODEL.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("version") != MODEL_VERSION:
+        return None
+    if digest is not None and data.get("digest") != digest:
+        return None
+    return Model(data)
+
+
+def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
+    """The store's model when it is current, else the packaged one, else one trained now."""
+    from forensics.classifier.labels import _has_labels
+    from forensics.classifier.training import train  # (training saves through this module)
+
+    if not (corpus / "labels.csv").exists():  # installed without the corpus
+        m = packaged_model(None)
+        if m is None:
+            raise ForensicsError(
+                f"{corpus}: no training corpus and no packaged model",
+                hint="reinstall forensics (its wheel carries forensics/data/corpus and the packaged model)",
+            )
+        return m
+    digest = corpus_digest(corpus)
+    key = _cache_key(store)
+    m = _MODEL_CACHE.get(key)
+    if m is not None and m.data.get("digest") == digest:
+        return m
+    if store is not None:
+        p = _model_path(store)
+        if p.exists():
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                data = {}
+            if data.get("version") == MODEL_VERSION and data.get("digest") == digest:
+                m = Model(data)
+                _MODEL_CACHE[key] = m
+                return m
+    # a fresh model from the shipped corpus (shared in-process by stores without labels)
+    base = _MODEL_CACHE.get("")
+    if base is None or base.data.get("digest") != digest:
+        base = packaged_model(digest) or train(None, corpus=corpus)
+        _MODEL_CACHE[""] = base
+    if store is not None and _has_labels(store):
+        base = train(store, corpus=corpus, save=False)
+    if store is not None:  # a cache: a read-only or full store serves without it
+        try:
+            save_model(store, base)
+        except OSError:
+            pass
+    return base

@@ -1,0 +1,129 @@
+"""Classifying stored runs: the store's rows of a run, cached verdicts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import polars as pl
+
+from forensics.classifier.analysis import analyze
+from forensics.classifier.corpus import corpus_digest
+from forensics.classifier.labels import _labels_for
+from forensics.classifier.model import MODEL_VERSION, Model
+from forensics.classifier.modelstore import load_model
+from forensics.classifier.phases import STALE_S
+from forensics.classifier.records import Analysis
+from forensics.classifier.stream import _bounded
+from forensics.classifier.verdict import Verdict, verdict
+from forensics.errors import StoreError
+from forensics.tables import VERDICT_SCHEMA
+
+
+def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name in ("runs", "events", "errors", "lines", "decode", "prefill"):
+        out[name] = store.source_rows(name, source_id)  # the store splits each table once
+    return _bounded(out)
+
+
+def analyze_stored(store, source_id: str, run_index: int) -> Analysis:
+    tables = _store_tables(store, source_id)
+    src = store.sources().get(source_id, {})
+    mtime = src.get("mtime")
+    return analyze(tables, run_index, path=src.get("path", source_id), mtime=mtime)
+
+
+def _state_key(store, source_id: str, model: Model | None) -> str:
+    src = store.sources().get(source_id, {})
+    label = _labels_for(store).get(source_id, {})
+    return "|".join(
+        str(x)
+        for x in (
+            src.get("size"),
+            src.get("mtime"),
+            src.get("offset"),
+            src.get("content_hash"),  # a log rewritten with the same size and mtime
+            MODEL_VERSION,
+            corpus_digest(),
+            json.dumps(label, sort_keys=True),
+            int(time.time() // STALE_S)
+            if src.get("mtime") and time.time() - src["mtime"] < 2 * STALE_S
+            else 0,
+        )
+    )
+
+
+def classify_stored(store, source_id: str, run_index: int, model: Model | None = None) -> Verdict:
+    a = analyze_stored(store, source_id, run_index)
+    v = verdict(a, model if model is not None else load_model(store))
+    label = _labels_for(store).get(source_id, {}).get(run_index)
+    if label:
+        v.phase, v.confidence, v.decided = label, 1.0, True
+        v.explanation = f"labeled {label} by you (forensics label); " + v.explanation
+    return v
+
+
+def classify_runs(store, runs_df: pl.DataFrame) -> pl.DataFrame:
+    """Verdicts for the runs table: run_id, phase, hung, signature, confidence (cached)."""
+    if runs_df is None or runs_df.is_empty():
+        return pl.DataFrame(schema={"run_id": pl.String})
+    cached = store.table("verdicts")
+    cache: dict[str, tuple[str, dict]] = {}
+    if not cached.is_empty():
+        for rid, key, vj in cached.select("run_id", "key", "verdict").iter_rows():
+            cache[rid] = (key, json.loads(vj))
+    rows = []
+    new_rows = []
+    model = None
+    keys: dict[str, str] = {}
+    for rid, sid, ri in runs_df.select("run_id", "source_id", "run_index").iter_rows():
+        if sid not in keys:
+            keys[sid] = _state_key(store, sid, None)
+        key = keys[sid]
+        hit = cache.get(rid)
+        if hit and hit[0] == key:
+            d = hit[1]
+        else:
+            if model is None:
+                model = load_model(store)
+            v = classify_stored(store, sid, int(ri), model)
+            d = {
+                "phase": v.phase,
+                "hung": v.hung,
+                "signature": v.signature,
+                "confidence": round(v.confidence, 3),
+            }
+            new_rows.append({"run_id": rid, "key": key, **d, "verdict": json.dumps(d)})
+        rows.append({"run_id": rid, **d})
+    if new_rows:
+        try:
+            with store.transaction(lock_timeout=2.0) as tx:
+                done = {r["run_id"] for r in new_rows}
+                if not cached.is_empty():
+                    tx.drop_rows("verdicts", ~pl.col("run_id").is_in(list(done)))
+                tx.append("verdicts", pl.DataFrame(new_rows, schema=VERDICT_SCHEMA))
+        except StoreError:
+            pass  # the cache is an optimisation; a locked store just recomputes next time
+    return pl.DataFrame(
+        rows,
+        schema={
+            "run_id": pl.String,
+            "phase": pl.String,
+            "hung": pl.Boolean,
+            "signature": pl.String,
+            "confidence": pl.Float64,
+        },
+    )
+
+
+def _labeled_runs(store) -> list[tuple[Analysis, str]]:
+    df = store.table("labels")
+    if df.is_empty():
+        return []
+    out = []
+    for sid, ri, ph in df.select("source_id", "run_index", "phase").iter_rows():
+        if sid not in store.sources():
+            continue
+        out.append((analyze_stored(store, sid, int(ri)), ph))
+    return out
