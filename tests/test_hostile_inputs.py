@@ -225,17 +225,17 @@ def test_classify_memory_is_bounded_by_a_run_not_the_file(tmp_path):
     p = tmp_path / "many.log"
     p.write_bytes(block + noise + block)
     seen: list[int] = []
-    orig = C.analyze
+    orig = C.stream.analyze  # where the streaming classifier looks it up
 
     def spy(tables, run_index, **kw):
         seen.append(max((len(df) for df in tables.values() if not df.is_empty()), default=0))
         return orig(tables, run_index, **kw)
 
-    C.analyze = spy
+    C.stream.analyze = spy
     try:
         verdicts = C.classify_source(open_log(LocalHost(), str(p)), C.load_model(None))
     finally:
-        C.analyze = orig
+        C.stream.analyze = orig
     assert [v.signature for v in verdicts][-1] == "illegal_memory_access"
     assert max(seen) <= 2 * max(C.KEEP_ROWS.values()), seen
     # the whole-file parse kept every noise line of the run
