@@ -99,7 +99,7 @@ def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) ->
     for p in paths:
         try:
             if p == "-":
-                out += [v.as_dict() for v in _classify_stdin(model)]
+                out += [v.as_dict() for v in _classify_stdin(model, warn)]
                 continue
             out += [v.as_dict() for v in classify_location(p, model, warn=warn)]
         except (InputNotFound, UsageError) as exc:  # missing, not a file, not a log
@@ -126,7 +126,7 @@ def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) ->
         ctx.exit(4)
 
 
-def _classify_stdin(model):
+def _classify_stdin(model, warn):
     import sys
 
     from forensics import classifier
@@ -144,7 +144,7 @@ def _classify_stdin(model):
         )
     if not data.strip():
         raise UsageError("<stdin>: empty paste", hint="pipe or paste a log: classify - < x.log")
-    return classifier.classify_bytes(data, model, path="<stdin>")
+    return classifier.classify_bytes(data, model, path="<stdin>", warn=warn)
 
 
 @classify_group.command("train")

@@ -8,8 +8,8 @@ ingest, classify and ``diagnose --log`` read log bytes only through :func:`open_
   or the read forever, ``/dev/zero`` stream without end), and ``LocalHost`` checks the opened
   descriptor again. A missing file is ``FileMissing``, an unreadable one ``PermissionDenied``
   (exit 3); a symlink loop, a name over NAME_MAX or ``file.log/`` is ``BadPath`` (exit 2).
-* **What the bytes are.** ``FORMATS``, one table keyed by magic bytes: gzip, zstd, xz and bzip2
-  are decompressed as a stream (memory bounded whatever the ratio); archives, executables,
+* **What the bytes are.** ``FORMATS``, one table keyed by magic bytes: gzip, zstd, xz, bzip2 and
+  lz4 are decompressed as a stream (memory bounded whatever the ratio); archives, executables,
   parquet and other binary formats are refused as what they are (``NotALog``, exit 2), and so
   is a file without magic whose head is mostly control bytes ("binary data"), never parsed
   into a run that looks hung before exec.
@@ -93,7 +93,7 @@ class _Inflater:
             self._out += self._obj.decompress(data)
             data = b""
             if self._obj.eof:
-                data = self._obj.unused_data
+                data = self._obj.unused_data or b""  # lz4 says None
                 if not data.strip(b"\x00"):
                     data = b""  # NUL padding after the last member
                 self._obj = self._fmt.decompressor()
@@ -113,6 +113,12 @@ def _zstd_errors() -> tuple[type[BaseException], ...]:
     import zstandard
 
     return (zstandard.ZstdError,)
+
+
+def _lz4() -> Any:
+    import lz4.frame
+
+    return lz4.frame.LZ4FrameDecompressor()
 
 
 @dataclass(frozen=True)
@@ -162,10 +168,14 @@ FORMATS: tuple[Format, ...] = (
         lambda: (OSError, ValueError),
         suffix=".bz2",
     ),
+    # lz4 reports bad bytes as RuntimeError (LZ4F_decompress failed ...)
     Format(
         "lz4",
         b"\x04\x22\x4d\x18",
-        "lz4-compressed data (not read: decompress it with lz4 -d)",
+        "lz4-compressed",
+        _lz4,
+        lambda: (RuntimeError,),
+        feed=256,
         suffix=".lz4",
     ),
     Format("zip", b"PK\x03\x04", "a zip archive"),
@@ -515,6 +525,36 @@ def _text_head(host: Any, path: str, fmt: Format) -> bytes:
         raw.close()
 
 
+class BytesHost:
+    """Bytes already in memory (a paste on stdin) as a one-file host, so that they are read
+    as a file is: the same FORMATS, ENCODINGS and damage rules (``open_bytes``)."""
+
+    def __init__(self, data: bytes, path: str = "<stdin>"):
+        self.name, self.path, self._data = "local", path, data
+
+    def stat(self, path: str) -> Any:
+        from forensics.hosts import FileStat
+
+        return FileStat(path, len(self._data), 0.0)
+
+    def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
+        end = len(self._data) if length is None else offset + length
+        return self._data[offset:end]
+
+    def iter_chunks(
+        self, path: str, offset: int = 0, chunk: int = READ_CHUNK, limit: int | None = None
+    ) -> Iterator[bytes]:
+        end = len(self._data) if limit is None else min(len(self._data), offset + limit)
+        for at in range(offset, end, chunk):
+            yield self._data[at : min(at + chunk, end)]
+
+
+def open_bytes(data: bytes, where: str = "<stdin>") -> LogSource:
+    """A log given as bytes (``forensics classify -``), opened as ``open_log`` opens a file:
+    compressed, re-encoded and refused by the same tables. Its age is unknown (mtime 0)."""
+    return open_log(BytesHost(data, where), where, where=where)
+
+
 def open_log(host: Any, path: str, *, where: str | None = None, hasher: Any = None) -> LogSource:
     """Stat ``path`` on ``host``, refuse what is not a regular log file, detect its format.
     ``hasher`` (``feed(offset, chunk)``) is fed every byte of the file read (``LogSource.raw``).
@@ -558,7 +598,9 @@ __all__ = [
     "WIRE",
     "Wire",
     "wire_script",
+    "BytesHost",
     "LogSource",
     "looks_binary",
+    "open_bytes",
     "open_log",
 ]

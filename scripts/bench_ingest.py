@@ -222,16 +222,32 @@ TOOLS: list[tuple[str, str, Callable[[Path], list[str]]]] = [
 ]
 
 
-def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stdout) of one child under GNU time."""
+def measure_cpu(cmd: list[str], env: dict[str, str]) -> dict:
+    """Wall seconds, CPU seconds (user + sys), peak RSS MB and stdout of one child under GNU
+    time (CPU time is what a loaded machine does not inflate)."""
     t0 = time.perf_counter()
     p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, env=env)
     dt = time.perf_counter() - t0
     err = p.stderr.decode(errors="replace")
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {p.returncode}: {err[-2000:]}")
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
-    return dt, int(m.group(1)) / 1024 if m else float("nan"), p.stdout.decode(errors="replace")
+
+    def field(name: str) -> float:
+        m = re.search(rf"{name}: ([0-9.]+)", err)
+        return float(m.group(1)) if m else float("nan")
+
+    return {
+        "s": dt,
+        "cpu_s": field(r"User time \(seconds\)") + field(r"System time \(seconds\)"),
+        "rss_mb": field(r"Maximum resident set size \(kbytes\)") / 1024,
+        "out": p.stdout.decode(errors="replace"),
+    }
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MB, stdout) of one child under GNU time."""
+    m = measure_cpu(cmd, env)
+    return m["s"], m["rss_mb"], m["out"]
 
 
 def fresh_env(store: Path) -> dict[str, str]:
@@ -266,44 +282,60 @@ def bench_file(log: Path, env_store: Path) -> dict:
 
 
 def bench_remote(log: Path, store: Path, hosts: int) -> dict:
-    """Ingest over a loopback sshd started here; ``ssh cat`` of the same file beside it."""
+    """Ingest over a loopback sshd started here; ``ssh cat`` of the same file beside it, and
+    the same N copies ingested as local paths (what N files cost without the network)."""
     from forensics.localsshd import local_sshd
 
     res: dict = {"hosts": hosts}
     d = OUT / "sshd"
     shutil.rmtree(d, ignore_errors=True)
     sshd = local_sshd(d)
+    copies: list[Path] = []
+    plain: list[Path] = []  # real copies: local hard links would be one file, ingested once
     try:
         ssh = ["ssh", "-p", str(sshd.port), "-i", sshd.identity_file, "-o", "BatchMode=yes"]
         ssh += ["-o", f"UserKnownHostsFile={sshd.known_hosts}", f"{sshd.user}@{sshd.host}"]
-        t0 = time.perf_counter()
-        subprocess.run([*ssh, "cat", str(log)], stdout=subprocess.DEVNULL, check=True)
-        res["ssh_cat_s"] = round(time.perf_counter() - t0, 3)
+        cat = measure_cpu([*ssh, "cat", str(log)], os.environ.copy())
+        res["ssh_cat_s"] = round(cat["s"], 3)
+        toml = "\n".join(sshd.toml(f"bench{i}") for i in range(hosts))
         env = fresh_env(store)
-        (store / "config.toml").write_text("\n".join(sshd.toml(f"bench{i}") for i in range(hosts)))
+        (store / "config.toml").write_text(toml)
         ingest = [sys.executable, "-m", "forensics", "ingest", "--json"]
         for how in ("sftp", "stream"):  # the transfer alone, no parse
-            dt, _, out = measure(_self(how)(f"bench0:{log}"), env)
-            assert int(out) == log.stat().st_size, out
-            res[f"{how}_read_s"] = round(dt, 3)
-        dt, rss, out = measure([*ingest, f"bench0:{log}"], env)
-        res["remote_ingest_s"], res["remote_ingest_rss_mb"] = round(dt, 3), round(rss)
-        assert json.loads(out)["files_by_status"] == {"new": 1}, out
+            m = measure_cpu(_self(how)(f"bench0:{log}"), env)
+            assert int(m["out"]) == log.stat().st_size, m["out"]
+            res[f"{how}_read_s"] = round(m["s"], 3)
+        env = fresh_env(store)
+        local = measure_cpu([*ingest, str(log)], env)
+        res["local_ingest_s"], res["local_ingest_cpu_s"] = round(local["s"], 3), local["cpu_s"]
+        env = fresh_env(store)
+        (store / "config.toml").write_text(toml)
+        m = measure_cpu([*ingest, f"bench0:{log}"], env)
+        assert json.loads(m["out"])["files_by_status"] == {"new": 1}, m["out"]
+        res["remote_ingest_s"], res["remote_ingest_cpu_s"] = round(m["s"], 3), m["cpu_s"]
+        res["remote_ingest_rss_mb"] = round(m["rss_mb"])
         # N hosts, each its own copy (hard links: one file on disk, N sources in the store)
-        copies = []
         for i in range(hosts):
             c = OUT / f"host{i}-{log.name}"
             c.unlink(missing_ok=True)
             os.link(log, c)
-            copies.append(f"bench{i}:{c}")
-        env = fresh_env(store)
-        (store / "config.toml").write_text("\n".join(sshd.toml(f"bench{i}") for i in range(hosts)))
-        dt, rss, out = measure([*ingest, *copies], env)
-        res["hosts_ingest_s"], res["hosts_ingest_rss_mb"] = round(dt, 3), round(rss)
-        assert json.loads(out)["files_by_status"] == {"new": hosts}, out
-        for c in copies:
-            Path(c.split(":", 1)[1]).unlink()
+            copies.append(c)
+            plain.append(OUT / f"local{i}-{log.name}")
+            shutil.copyfile(log, plain[-1])
+        for key, names in (
+            ("hosts", [f"bench{i}:{c}" for i, c in enumerate(copies)]),
+            ("local_copies", [str(c) for c in plain]),
+        ):
+            env = fresh_env(store)
+            (store / "config.toml").write_text(toml)
+            m = measure_cpu([*ingest, *names], env)
+            summary = json.loads(m["out"])["files_by_status"]
+            assert summary == {"new": hosts}, summary
+            res[f"{key}_ingest_s"], res[f"{key}_ingest_cpu_s"] = round(m["s"], 3), m["cpu_s"]
+            res[f"{key}_ingest_rss_mb"] = round(m["rss_mb"])
     finally:
+        for c in copies + plain:
+            c.unlink(missing_ok=True)
         sshd.stop()
     return res
 
@@ -336,26 +368,44 @@ def render(res: dict) -> str:
     ]
     r = res.get("remote")
     if r:
-        local = busy["tools"]["ingest"]["s"]
-        bound = max(local, r["ssh_cat_s"])
-        lines += [
-            "",
-            f"Remote, busy mix, over a loopback sshd started by the benchmark. The transfer "
-            f"alone (no parse): `ssh HOST cat FILE >/dev/null` {r['ssh_cat_s']:.2f} s; "
-            f"forensics' log source (the stream ingest reads, forensics/logsource.py) "
-            f"{r['stream_read_s']:.2f} s; SFTP reads chunk after chunk (what ingest used "
-            f"before) {r['sftp_read_s']:.2f} s.",
-            "",
-            "| remote | time | × max(local ingest, ssh cat) | peak RSS |",
-            "| --- | --- | --- | --- |",
-            f"| `forensics ingest bench0:FILE` | {r['remote_ingest_s']:.2f} s | "
-            f"{r['remote_ingest_s'] / bound:.2f} | {r['remote_ingest_rss_mb']} MB |",
-            f"| `forensics ingest` of {r['hosts']} hosts (8 host entries of one sshd, "
-            f"one copy each) | {r['hosts_ingest_s']:.2f} s | "
-            f"{r['hosts_ingest_s'] / bound:.2f} ({r['hosts_ingest_s'] / r['remote_ingest_s']:.2f} "
-            f"× one host) | {r['hosts_ingest_rss_mb']} MB |",
-        ]
+        lines += ["", *render_remote(r)]
     return "\n".join(lines)
+
+
+def render_remote(r: dict) -> list[str]:
+    local = r["local_ingest_s"]
+    bound = max(local, r["ssh_cat_s"])
+    n = r["hosts"]
+
+    def row(what: str, key: str, extra: str = "") -> str:
+        s, cpu = r[f"{key}_ingest_s"], r[f"{key}_ingest_cpu_s"]
+        return (
+            f"| {what} | {s:.2f} s | {cpu:.2f} s | {s / bound:.2f}{extra} | "
+            f"{r[f'{key}_ingest_rss_mb']} MB |"
+        )
+
+    return [
+        f"Remote, busy mix, over a loopback sshd started by the benchmark. The transfer "
+        f"alone (no parse): `ssh HOST cat FILE >/dev/null` {r['ssh_cat_s']:.2f} s; "
+        f"forensics' log source (the stream ingest reads, forensics/logsource.py) "
+        f"{r['stream_read_s']:.2f} s; SFTP reads chunk after chunk {r['sftp_read_s']:.2f} s. "
+        f"Local ingest of the same file in this run: {local:.2f} s "
+        f"({r['local_ingest_cpu_s']:.2f} s CPU).",
+        "",
+        "| ingest | wall | CPU (user + sys) | wall × max(local ingest, ssh cat) | peak RSS |",
+        "| --- | --- | --- | --- | --- |",
+        row("`forensics ingest bench0:FILE`", "remote"),
+        row(
+            f"`forensics ingest` of {n} hosts (host entries of one sshd, one copy each)",
+            "hosts",
+            f" ({r['hosts_ingest_s'] / r['remote_ingest_s']:.2f} × one host)",
+        ),
+        row(
+            f"`forensics ingest` of the same {n} copies as local files",
+            "local_copies",
+            f" ({r['local_copies_ingest_s'] / local:.2f} × one file)",
+        ),
+    ]
 
 
 def write_docs(text: str) -> None:
@@ -373,6 +423,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the generated logs")
     ap.add_argument("--no-remote", action="store_true", help="skip the loopback sshd rows")
     ap.add_argument("--hosts", type=int, default=8, help="host entries for the N-host figure")
+    ap.add_argument(
+        "--only-remote",
+        action="store_true",
+        help="only the loopback sshd rows (with the local ingest they compare to); prints them",
+    )
     ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     ap.add_argument("--tool", nargs=2, metavar=("NAME", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -392,6 +447,21 @@ def main() -> int:
         "load_before": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
         "rows": {},
     }
+    if args.only_remote:
+        log = OUT / f"bench_busy_{args.mb}mb.log"
+        if not log.exists() or log.stat().st_size < (args.mb << 20):
+            generate(log, args.mb, "busy")
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm cache
+        load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        r = bench_remote(log, store, args.hosts)
+        (OUT / "ingest-remote.json").write_text(json.dumps(r, indent=2))
+        after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"`{cmd} --only-remote`: {res['cores']} cores, load {load} before, {after} after")
+        print("\n".join(render_remote(r)))
+        if not args.keep:
+            log.unlink()
+        shutil.rmtree(store, ignore_errors=True)
+        return 0
     logs = {}
     for mix in MIXES:
         log = OUT / f"bench_{mix}_{args.mb}mb.log"

@@ -76,19 +76,11 @@ def read_paste(stream, limit: int | None = None) -> tuple[bytes, bool]:
 
 
 def classify_bytes(
-    data: bytes, model: Model | None = None, *, path: str = "<stdin>"
+    data: bytes, model: Model | None = None, *, path: str = "<stdin>", warn=None
 ) -> list[Verdict]:
-    """Verdicts of a log given as bytes (a paste): no file age, so a stop mid-stage is hung."""
-    from forensics_parsers.sglang import parse_bytes
+    """Verdicts of a log given as bytes (a paste), read through the log source as a file is
+    (compressed, UTF-16, a BOM: forensics.logsource); no file age, so a stop mid-stage is hung.
+    A damaged compressed paste keeps what decoded and says so through ``warn``."""
+    from forensics.logsource import open_bytes
 
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise UsageError(
-                f"{path}: not a readable gzip stream ({exc})", hint="paste the log's text"
-            ) from None
-    frames = parse_bytes(data, path)
-    return [verdict(a, model) for a in analyses_for(frames, path)]
+    return [verdict(a, model) for a in iter_analyses(open_bytes(data, path), warn=warn)]
