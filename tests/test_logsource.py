@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from forensics.cli import cli
 from forensics.errors import StreamDamaged
 from forensics.hosts import LocalHost
-from forensics.logsource import FORMATS, open_bytes, open_log
+from forensics.logpaste import open_bytes
+from forensics.logsource import FORMATS, open_log
 from tests.conftest import FIXTURES
 
 LOG = FIXTURES / "sglang_fail_load_kv_oom.log"  # a load-phase failure: kv_pool_oom

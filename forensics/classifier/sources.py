@@ -81,6 +81,6 @@ def classify_bytes(
     """Verdicts of a log given as bytes (a paste), read through the log source as a file is
     (compressed, UTF-16, a BOM: forensics.logsource); no file age, so a stop mid-stage is hung.
     A damaged compressed paste keeps what decoded and says so through ``warn``."""
-    from forensics.logsource import open_bytes
+    from forensics.logpaste import open_bytes
 
     return [verdict(a, model) for a in iter_analyses(open_bytes(data, path), warn=warn)]
