@@ -364,11 +364,12 @@ def test_ingest_r_skips_evidence_dumps_and_names_its_patterns_issue14(capsys, tm
 
 def test_ingest_dir_picks_up_every_compressed_log_of_the_log_source_issue14(capsys, tmp_path):
     """A folder of compressed logs: every suffix of the log source's FORMATS is picked up
-    (gzip, zstd, xz, bzip2 read; lz4 named as what it is and skipped)."""
+    (gzip, zstd, xz, bzip2 and lz4 all read)."""
     import bz2
     import gzip
     import lzma
 
+    import lz4.frame
     import zstandard
 
     body = (FIX / "sglang_two_launches.log").read_bytes()
@@ -379,18 +380,16 @@ def test_ingest_dir_picks_up_every_compressed_log_of_the_log_source_issue14(caps
         ".zst": zstandard.ZstdCompressor().compress,
         ".xz": lzma.compress,
         ".bz2": bz2.compress,
-        ".lz4": lambda b: b"\x04\x22\x4d\x18" + b"\x00" * 64,  # an lz4 frame's magic
+        ".lz4": lz4.frame.compress,
     }
     for suffix, pack in packers.items():
         (root / f"run{suffix.replace('.', '_')}.log{suffix}").write_bytes(pack(body))
     code, out, err = run(capsys, "--store", str(tmp_path / "st"), "ingest", str(root), "--json")
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["files"] == 5 and summary["files_by_status"]["new"] == 4
-    assert summary["runs"] == 8  # two launches in each of the four read
-    assert summary["files_skipped"] == {"binary": 1}
-    assert any("lz4-compressed data (not read: decompress it with lz4 -d)" in w
-               for w in summary["warnings"])  # fmt: skip
+    assert summary["files"] == 5 and summary["files_by_status"]["new"] == 5
+    assert summary["runs"] == 10  # two launches in each of the five
+    assert not summary.get("files_skipped")
     code, out, _ = run(capsys, "--store", str(tmp_path / "st"), "runs", "--json")
     names = sorted({r["name"].split("#")[0] for r in json.loads(out)})
-    assert names == ["run_bz2", "run_gz", "run_xz", "run_zst"]  # no ".log" left in a name
+    assert names == ["run_bz2", "run_gz", "run_lz4", "run_xz", "run_zst"]  # no ".log" left

@@ -49,6 +49,47 @@ def _metrics_summary(*frames: pl.DataFrame) -> pl.DataFrame:
     ).sort("run_index", "line")
 
 
+def metrics_reduce(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The metrics summary of every source of a decode/prefill table at once, lazily (for
+    Store.source_rows: associative, and _metrics_summary of it is itself)."""
+    names = lf.collect_schema().names()
+    n = pl.col("n") if "n" in names else pl.lit(1)
+    rank = pl.col("rank") if "rank" in names else pl.lit("")
+    g = (
+        lf.select("source_id", "run_index", "line", rank.alias("rank"), n.cast(pl.Int64).alias("n"))
+        .group_by("source_id", "run_index", "rank")
+        .agg(
+            pl.col("line").min().alias("first"),
+            pl.col("line").max().alias("last"),
+            pl.col("n").sum(),
+        )
+    )
+    return pl.concat(
+        [
+            g.select("source_id", "run_index", pl.col("first").alias("line"), "rank", "n"),
+            g.select(
+                "source_id",
+                "run_index",
+                pl.col("last").alias("line"),
+                "rank",
+                pl.lit(0, pl.Int64).alias("n"),
+            ),
+        ]
+    )
+
+
+def lines_reduce(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The lines of every source as _bounded keeps them (the first and last KEEP_ROWS / 2 per
+    run, text cut to KEEP_TEXT), lazily, for Store.source_rows: order-preserving, so applied
+    part by part and again over their union it keeps what one pass over the table would."""
+    half = KEEP_ROWS["lines"] // 2
+    pos = pl.int_range(pl.len()).over("source_id", "run_index")
+    size = pl.len().over("source_id", "run_index")
+    return lf.filter((pos < half) | (pos >= size - half)).with_columns(
+        pl.col("text").str.slice(0, KEEP_TEXT)
+    )
+
+
 def _head_tail(df: pl.DataFrame, keep: int) -> pl.DataFrame:
     """The first and the last ``keep // 2`` rows of each run (all of a run with fewer)."""
     if df.is_empty() or len(df) <= keep:

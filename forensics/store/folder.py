@@ -25,7 +25,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +81,9 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._cache: dict[str, pl.DataFrame] = {}
-        self._by_source: dict[str, dict[Any, pl.DataFrame]] = {}  # table -> source id -> rows
+        self._by_source: dict[
+            Any, dict[Any, pl.DataFrame]
+        ] = {}  # table (, reduce) -> source -> rows
         self._cache_gen = -1
         self._lock_depth = 0  # > 0 while this process holds the store lock
         # the last manifest read, and the (inode, mtime, size) of the file it was read from
@@ -193,11 +195,8 @@ class Store:
         """All committed rows of a table (an empty frame when it has none)."""
         import polars as pl
 
+        self.manifest_generation_check()
         man = self.manifest()
-        if man.generation != self._cache_gen:
-            self._cache.clear()
-            self._by_source.clear()
-            self._cache_gen = man.generation
         if name in self._cache:
             return self._cache[name]
         tdir = self.root / "tables" / name
@@ -231,17 +230,54 @@ class Store:
         self._cache[name] = df
         return df
 
-    def source_rows(self, name: str, source_id: str) -> pl.DataFrame:
+    def source_rows(
+        self,
+        name: str,
+        source_id: str,
+        reduce: Callable[[pl.LazyFrame], pl.LazyFrame] | None = None,
+    ) -> pl.DataFrame:
         """The committed rows of one source in a table (the table split by source once, so
-        a pass over every run costs one split, not one filter per run)."""
-        df = self.table(name)
-        if df.is_empty() or "source_id" not in df.columns:
-            return df
-        split = self._by_source.get(name)
+        a pass over every run costs one split, not one filter per run).
+
+        ``reduce``: a summary of the table (a LazyFrame -> LazyFrame keeping ``source_id``),
+        computed part by part and once more over their union (so it must be associative, as
+        group-by min / max / sum are) without loading the table whole: the decode lines of a
+        GB log are counts here, not a copy of the table in memory."""
+        key: Any = name if reduce is None else (name, reduce)
+        split = self._by_source.get(key)
         if split is None:
-            split = self._by_source[name] = df.partition_by("source_id", as_dict=True)
+            self.manifest_generation_check()
+            df = self.table(name) if reduce is None else self._reduced(name, reduce)
+            if df.is_empty() or "source_id" not in df.columns:
+                return df
+            split = self._by_source[key] = df.partition_by("source_id", as_dict=True)
         hit = split.get((source_id,))
-        return hit if hit is not None else df.clear()
+        return hit if hit is not None else split[next(iter(split))].clear()
+
+    def manifest_generation_check(self) -> None:
+        """Drop what was read of an older generation of the store."""
+        man = self.manifest()
+        if man.generation != self._cache_gen:
+            self._cache.clear()
+            self._by_source.clear()
+            self._cache_gen = man.generation
+
+    def _reduced(self, name: str, reduce: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
+        import polars as pl
+
+        if name in self._cache:
+            return reduce(self._cache[name].lazy()).collect()
+        tdir = self.root / "tables" / name
+        parts = [tdir / p for p in self.manifest().tables.get(name, [])]
+        if not parts:
+            return pl.DataFrame()
+        try:
+            if tdir.is_symlink() or any(p.is_symlink() for p in parts):
+                raise StoreError(f"{tdir}: a symlink among the parts")
+            pieces = [reduce(pl.scan_parquet(p)).collect() for p in parts]
+        except Exception:  # a damaged part: the whole read refuses or quarantines it
+            return reduce(self.table(name).lazy()).collect()
+        return reduce(pl.concat(pieces, how="diagonal_relaxed").lazy()).collect()
 
     def _quarantine(
         self, table: str, part: str, exc: BaseException, *, missing: bool = False

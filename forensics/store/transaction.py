@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 
 STAGE_ROWS = 400_000  # staged rows per table and kind before a shared part is written
+STAGE_BYTES = 12 << 20  # ... or staged bytes (polars' estimate): 400,000 lines of text are
+# ~100 MB, so the bytes bound what a big log's ingest holds, the rows what small logs make
 
 
 class StoreReadOnly(StoreError):
@@ -89,6 +91,7 @@ class Transaction:
         self._drop_keys: dict[tuple[str, str], set[str]] = {}  # shared part -> keys dropped
         self._staged: dict[tuple[str, str], list[tuple[str, pl.DataFrame]]] = {}
         self._staged_rows: dict[tuple[str, str], int] = {}
+        self._staged_bytes: dict[tuple[str, str], int] = {}
         self._index: dict[str, list[tuple[str, str, str]]] | None = None  # id -> (t, part, key)
         self._read: dict[str, dict[Any, pl.DataFrame]] = {}  # shared parts read by rows_of
         self.dirty = False  # anything to commit (an unchanged-files batch writes nothing)
@@ -110,8 +113,9 @@ class Transaction:
         group = (table, _kind(key))
         self._staged.setdefault(group, []).append((key, df))
         self._staged_rows[group] = self._staged_rows.get(group, 0) + df.height
+        self._staged_bytes[group] = self._staged_bytes.get(group, 0) + df.estimated_size()
         self.dirty = True
-        if self._staged_rows[group] >= STAGE_ROWS:
+        if self._staged_rows[group] >= STAGE_ROWS or self._staged_bytes[group] >= STAGE_BYTES:
             self._flush(group)
 
     def _flush(self, group: tuple[str, str]) -> None:
@@ -119,6 +123,7 @@ class Transaction:
 
         items = self._staged.pop(group, [])
         self._staged_rows.pop(group, None)
+        self._staged_bytes.pop(group, None)
         if not items:
             return
         table, kind = group
@@ -202,6 +207,7 @@ class Transaction:
             if len(kept) != len(items):
                 self._staged[group] = kept
                 self._staged_rows[group] = sum(d.height for _, d in kept)
+                self._staged_bytes[group] = sum(d.estimated_size() for _, d in kept)
         self.man.sources.pop(source_id, None)
         if "~" not in source_id or source_id.endswith("~state"):
             self.man.legacy_states.pop(_base(source_id), None)
@@ -287,6 +293,7 @@ class Transaction:
             for group, items in self._staged.items():
                 self._staged[group] = [(k, d) for k, d in items if _base(k) != sid]
                 self._staged_rows[group] = sum(d.height for _, d in self._staged[group])
+                self._staged_bytes[group] = sum(d.estimated_size() for _, d in self._staged[group])
             for table, name, _ in shared_since:
                 mine = {k for k in self.man.shared[name] if _base(k) == sid}
                 if mine:
@@ -313,6 +320,7 @@ class Transaction:
         self._new.clear()
         self._staged.clear()
         self._staged_rows.clear()
+        self._staged_bytes.clear()
 
     def commit(self) -> None:
         if self.man.legacy_states:
