@@ -54,6 +54,25 @@ def classify_text(text: str, model: Model | None = None, *, path: str = "<text>"
 PASTE_MAX = 32 << 20
 
 
+def _wait_readable(stream) -> None:
+    """Wait until ``stream`` has bytes (or ends) in short slices: a Ctrl-C that the kernel
+    hands to another thread (polars' pool) does not interrupt a blocking read of the main
+    thread, which would then wait for the paste for ever; between slices Python runs the
+    handler and the read ends in KeyboardInterrupt (exit 130)."""
+    import select
+
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a file descriptor (a test's stream, BytesIO): nothing to wait on
+    while True:
+        try:
+            if select.select([fd], [], [], 0.2)[0]:
+                return
+        except (OSError, ValueError):
+            return
+
+
 def read_paste(stream, limit: int | None = None) -> tuple[bytes, bool]:
     """At most ``limit`` (``PASTE_MAX``) bytes of a binary stream, cut at the last newline
     past the limit; True when there was more (the rest is not read: an endless stream cannot
@@ -61,8 +80,10 @@ def read_paste(stream, limit: int | None = None) -> tuple[bytes, bool]:
     limit = PASTE_MAX if limit is None else limit
     chunks: list[bytes] = []
     size = 0
+    read = getattr(stream, "read1", stream.read)  # what is there, not a full 1 MiB wait
     while size <= limit:
-        b = stream.read(min(1 << 20, limit + 1 - size))
+        _wait_readable(stream)
+        b = read(min(1 << 20, limit + 1 - size))
         if not b:
             break
         chunks.append(b)
