@@ -126,6 +126,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the contract: never a raw traceback
         if debug:
             raise
+        known = _path_error(exc)  # a path error no command caught: the one errno table says it
+        if known is not None:
+            click.echo(f"Error: {redact_url(str(known))}", err=True)
+            sys.exit(known.exit_code)
         click.echo(
             f"Error: internal error: {type(exc).__name__}: {redact_url(str(exc))} "
             "(this is a bug; rerun with --debug for the traceback)",
@@ -147,6 +151,17 @@ def _say_interrupted() -> None:
 
 
 INTERRUPTED_SAID = False
+
+
+def _path_error(exc: Exception) -> ForensicsError | None:
+    """The typed error of ``hosts.base.PATH_ERRORS`` for an OSError on a named path (a name
+    over NAME_MAX, a symlink loop, a file where a folder should be, ...), else None."""
+    from forensics.hosts.base import PATH_ERRORS, path_error
+
+    if not isinstance(exc, OSError) or exc.filename is None or exc.errno not in PATH_ERRORS:
+        return None
+    err = path_error(os.fsdecode(exc.filename), exc)
+    return err if isinstance(err, ForensicsError) else None
 
 
 def _close_hosts() -> None:

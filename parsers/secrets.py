@@ -24,6 +24,13 @@ SECRET_KEY = (
     r"x-api-key|access_key(?:_id)?)"
 )
 SECRET_KEYS = re.compile(r"(?i)^" + SECRET_KEY + r"$")
+# the same keys as command-line flags (`--api-key`, `--ssl-keyfile-password`, `--hf-token`)
+SECRET_FLAG = (
+    r"(?:[a-z-]*api-key|[a-z-]*-token|hf-token|token|[a-z-]*password[a-z-]*|[a-z-]*passwd|"
+    r"[a-z-]*secret[a-z-]*|access-key(?:-id)?)"
+)
+# an Authorization header's scheme word: the credential is what follows it
+AUTH_SCHEME = r"(?:Bearer|Basic|Token|Digest)"
 
 # (name, pattern): the whole match, or its group `v` when it has one, is the secret.
 RULES: list[tuple[str, str]] = [
@@ -33,7 +40,14 @@ RULES: list[tuple[str, str]] = [
         r"(?i)(?<![\w-])(?P<q>['\"]?)"
         + SECRET_KEY
         + r"(?P=q)(?:=|\s*:\s*)(?!\s*(?:None|True|False|null|''|\"\")(?:[\s,)}\]]|$))"
-        r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:Bearer\s+)?[^\s,)}\]'\"]+)",
+        r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:" + AUTH_SCHEME + r"\s+)?[^\s,)}\]'\"]+)",
+    ),
+    # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
+    (
+        "secret_flag",
+        r"(?i)(?<![\w-])--"
+        + SECRET_FLAG
+        + r"(?:=|\s+)(?!-)(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
     ),
     # Hugging Face tokens of any length (`hf_transfer`, `hf_quant_config` are not tokens)
     ("hf_token", r"(?<![\w-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])"),
@@ -46,7 +60,7 @@ RULES: list[tuple[str, str]] = [
 ]
 _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
-HINT = r"(?i)hf_|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
+HINT = r"(?i)hf_|-token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
 
 
 def redact_value(v: str) -> str:
@@ -63,7 +77,7 @@ def _sub(m: re.Match[str]) -> str:
     start, end = m.span("v")
     q = v[0] if v[0] in "'\"" and v[-1] == v[0] and len(v) > 1 else ""
     inner = v[1:-1] if q else v
-    bearer = re.match(r"(?i)Bearer\s+", inner)
+    bearer = re.match(r"(?i)" + AUTH_SCHEME + r"\s+", inner)
     if bearer:
         inner = inner[bearer.end() :]
         q_pre = v[: len(q) + bearer.end()]

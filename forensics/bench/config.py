@@ -93,8 +93,14 @@ class BenchConfig:
         return "single" if self.concurrency == 1 else "concurrency"
 
     def validate(self) -> None:
-        parts = urlsplit(self.url)
         shown = redact_url(self.url)
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - raises on a port out of range
+        except ValueError as exc:  # "http://[::1" (an unclosed IPv6 bracket), port 99999
+            raise UsageError(
+                f"{shown}: not a valid URL ({exc})", hint="forensics bench http://HOST:PORT"
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(
                 f"{shown}: not an http(s) URL", hint="forensics bench http://HOST:PORT"

@@ -90,14 +90,19 @@ def random_prompts(input_len: int, count: int, *, seed: int, ids: bool) -> list[
 def load_dataset(path: str | Path) -> list[Prompt]:
     """JSONL with "prompt"/"text" per line, or ShareGPT-style conversations (JSON or JSONL)."""
     p = Path(path)
-    try:
-        raw = p.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
+    from forensics.errors import FileMissing, NotRegularFile
+    from forensics.userfile import read_user_file
+
+    try:  # a FIFO, device or oversized file is refused before a read (issue 14)
+        raw = read_user_file(p, "dataset").decode("utf-8-sig")
+    except FileMissing:
         raise InputNotFound(
             f"{p}: no such dataset file", hint="pass a JSONL or ShareGPT JSON file"
         ) from None
-    except IsADirectoryError:
-        raise UsageError(f"{p}: is a folder, not a dataset file") from None
+    except NotRegularFile:
+        if p.is_dir():
+            raise UsageError(f"{p}: is a folder, not a dataset file") from None
+        raise
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{p}: the dataset is not UTF-8 text ({exc.reason} at byte {exc.start})",

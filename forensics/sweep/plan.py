@@ -337,12 +337,17 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
 
 def _read(p: Path, shown: str) -> tuple[bytes, dict[str, Any]]:
     """The sweep file's bytes and its TOML."""
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
+    from forensics.errors import FileMissing, NotRegularFile
+    from forensics.userfile import read_user_file
+
+    try:  # a FIFO, device or oversized file is refused before a read (issue 14)
+        raw = read_user_file(p, "sweep file")
+    except FileMissing:
         raise InputNotFound(f"{shown}: no such sweep file", hint="check the path") from None
-    except IsADirectoryError:
-        raise _fail(shown, "is a directory, not a sweep file", "pass a .toml file") from None
+    except NotRegularFile as exc:
+        if p.is_dir():
+            raise _fail(shown, "is a directory, not a sweep file", "pass a .toml file") from None
+        raise exc
     except OSError as exc:
         raise InputNotFound(
             f"{shown}: cannot read ({exc.strerror})", hint="check its mode"
