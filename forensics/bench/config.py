@@ -96,8 +96,7 @@ class BenchConfig:
         shown = redact_url(self.url)
         try:
             parts = urlsplit(self.url)
-            parts.port  # noqa: B018 - raises on a port out of range
-        except ValueError as exc:  # "http://[::1" (an unclosed IPv6 bracket), port 99999
+        except ValueError as exc:  # "http://[::1" (an unclosed IPv6 bracket)
             raise UsageError(
                 f"{shown}: not a valid URL ({exc})", hint="forensics bench http://HOST:PORT"
             ) from None
