@@ -45,7 +45,7 @@ RULES: list[tuple[str, str]] = [
     # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
     (
         "secret_flag",
-        r"(?i)(?<![\w-])--"
+        r"(?i)(?<![\w-])--(?=[a-z])"
         + SECRET_FLAG
         + r"(?:=|\s+)(?!-)(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
     ),
