@@ -29,11 +29,29 @@ def _while_importing(signum: int, frame: object) -> None:
 signal.signal(signal.SIGINT, _while_importing)
 
 
+# One Ctrl-C is one KeyboardInterrupt: a second delivery of the same signal (polars' threads
+# re-raise it at their next check; forensics.errors) or a second press while forensics commits
+# what was finished and says "Interrupted." is ignored for this long, so it can never escape
+# past the handling as Python's own exit by SIGINT (status -2) instead of 130.
+ONE_INTERRUPT_S = 2.0
+_last_interrupt: list[float] = []
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    import time
+
+    now = time.monotonic()
+    if _last_interrupt and now - _last_interrupt[-1] < ONE_INTERRUPT_S:
+        return
+    _last_interrupt.append(now)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         from forensics.cli import main as cli_main
 
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt_once)
         cli_main(argv)
     except KeyboardInterrupt:
         # before forensics.cli.main's handling, or escaping it (a second KeyboardInterrupt of
