@@ -60,7 +60,7 @@ RULES: list[tuple[str, str]] = [
 ]
 _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
-HINT = r"(?i)hf_|-token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
+HINT = r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
 
 
 def redact_value(v: str) -> str:

@@ -111,3 +111,24 @@ def test_a_store_and_every_json_output_hold_no_secret(tmp_path, capsys):
                 if dtype == pl.String:
                     for cell in df[col].drop_nulls():
                         assert not leaks(cell), (p, col)
+
+
+def test_the_prefilter_leaves_metrics_lines_to_polars_issue15():
+    """The vectorised hint must not send SGLang's own metrics lines through the per-line
+    redaction (`#new-token` once made every Prefill batch line a Python call: 2.4 s per
+    100 MB), while the secret flags it exists for still pass it."""
+    import polars as pl
+
+    from forensics_parsers.secrets import HINT
+
+    lines = pl.Series(
+        [
+            "[2025-01-01 00:00:00 TP0] Prefill batch. #new-seq: 1, #new-token: 512, "
+            "#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0",
+            "[2025-01-01 00:00:01 TP0] Decode batch. #running-req: 1, #token: 530, "
+            "token usage: 0.01, accept len: 2.50, gen throughput (token/s): 80.1",
+            "python -m sglang.launch_server --hf-token hf_abcdefghijklmnop --port 1",
+            "cmd --api-token=xyz",
+        ]
+    )
+    assert lines.str.contains(HINT).to_list() == [False, False, True, True]
