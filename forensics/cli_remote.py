@@ -140,7 +140,7 @@ def launch_cmd(ctx, **opts: Any):
     forensics launch --shell 'nohup python3 -m sglang.launch_server ... > x.log 2>&1 &'
     forensics launch --sim --name sglang_eagle3_cg_5dt -- --model-path sim://k2 ...
     forensics launch --shell '...' --replay --safe-patterns   # journaled replay
-    forensics launch sglang_eagle3_cg_2step --check   # after a lost connection (S07)
+    forensics launch sglang_eagle3_cg_2step --check   # after a lost SSH connection
 
     The run is recorded before it starts; `forensics stop NAME` ends it.
     """

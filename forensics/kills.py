@@ -30,6 +30,18 @@ KILL_OPTS_WITH_VALUE: dict[str, frozenset[str]] = {
     ),
 }
 
+# Patterns that match far more than one server (bad-inputs S15).
+BROAD_PATTERN = re.compile(
+    r"^\^?(python[0-9.]*\*?|python|py|bash|sh|node|java|ray|torchrun|sglang|vllm|\.|\.\*)\$?$"
+)
+# Kills of every GPU user: `fuser -k /dev/nvidia*`, GPU-holder lists piped to kill.
+GPU_KILLS = (
+    re.compile(r"\bfuser\b(?=.*\s-[a-zA-Z]*k)(?=.*?/dev/nvidia)"),
+    re.compile(r"/dev/nvidia\S*.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
+    re.compile(r"nvidia-smi\b.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
+    re.compile(r"\bkillall_sglang\.sh\b"),
+)
+
 
 @dataclasses.dataclass
 class KillSpec:
@@ -196,7 +208,15 @@ def _program(*names: str) -> Callable[[list[str]], bool]:
     return lambda argv: bool(argv) and argv[0].rsplit("/", 1)[-1] in names
 
 
-# Kills that are not of one server at all (each row: what it is, how to tell, what it kills).
+def _with_word(program: str, *words: str) -> Callable[[list[str]], bool]:
+    """``program`` with one of ``words`` among its arguments (a subcommand, an option)."""
+    return lambda argv: _program(program)(argv) and any(w in words for w in argv[1:])
+
+
+_RUNLEVELS = [[w] for w in "0 1 2 3 4 5 6 s S q Q u U".split()]
+
+# Kills that are not of one server at all (each row: what it is, how to tell, what it kills):
+# signals to everything, and what stops the host, a system service or a whole GPU.
 MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
     (
         "kill -1",
@@ -219,6 +239,57 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
         _selects_all_of("-u", "-U", "--uid", "--euid", "--user"),
         "every process of that user, whatever it runs; for root (`-u root`, `-U 0`) the whole "
         "host, sshd and init's children included",
+    ),
+    (
+        "pkill -P 1",
+        _selects_all_of("-P", "--parent", values=("1",)),
+        "every child of init: every daemon and orphaned process of the user (as root sshd, "
+        "cron and every service)",
+    ),
+    (
+        "kill $PPID",
+        _kills_pid("$PPID", "${PPID}", "-$PPID"),
+        "the process that started the chain: your login shell or the SSH session",
+    ),
+    (
+        "reboot / shutdown / halt / poweroff",
+        _program("reboot", "shutdown", "halt", "poweroff", "kexec"),
+        "the whole host: every process of every user, the SSH session included",
+    ),
+    (
+        "init N / telinit N",
+        lambda argv: _program("init", "telinit")(argv) and argv[1:2] in _RUNLEVELS,
+        "the whole host (a runlevel change: 0 halts, 6 reboots, 1 drops to single user)",
+    ),
+    (
+        "systemctl stop / restart / kill",
+        _with_word(
+            "systemctl",
+            "stop",
+            "restart",
+            "kill",
+            "try-restart",
+            "reload-or-restart",
+            "isolate",
+            "reboot",
+            "poweroff",
+            "halt",
+            "rescue",
+            "emergency",
+            "kexec",
+        ),  # fmt: skip
+        "a system service and everything it runs, for every user of the host (docker: every "
+        "container; nvidia-persistenced / fabricmanager: every GPU job)",
+    ),
+    (
+        "service NAME stop / restart",
+        _with_word("service", "stop", "restart", "force-reload"),
+        "a system service and everything it runs, for every user of the host",
+    ),
+    (
+        "nvidia-smi --gpu-reset",
+        _with_word("nvidia-smi", "--gpu-reset", "-r"),
+        "every process on that GPU, whoever owns it (other users' jobs lose their GPU state)",
     ),
     (
         "pkill -g 0 / -s 0",

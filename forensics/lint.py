@@ -19,8 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from forensics import hazards
 from forensics.hostprobe import free_space, port_listening
-from forensics.kills import mass_kills, self_kill_match, signal_name, step_kills
+from forensics.kills import (
+    BROAD_PATTERN,
+    GPU_KILLS,
+    mass_kills,
+    self_kill_match,
+    signal_name,
+    step_kills,
+)
 from forensics.recipe import Recipe, server_step, step_kind
 from forensics_parsers.shell import (
     Chain,
@@ -35,11 +43,6 @@ if TYPE_CHECKING:
     from forensics.hosts import Host
 
 SEVERITIES = ("error", "warning", "info")
-
-# Patterns that match far more than one server (bad-inputs S15).
-BROAD_PATTERN = re.compile(
-    r"^\^?(python[0-9.]*\*?|python|py|bash|sh|node|java|ray|torchrun|sglang|vllm|\.|\.\*)\$?$"
-)
 
 
 @dataclasses.dataclass
@@ -73,6 +76,10 @@ class Rule:
     alternative: str
     check: Callable[[LintContext, Rule], Iterable[Finding]]
     needs_host: bool = False
+    # what a replay (diagnose --relaunch, launch --replay) does with a chain that has this
+    # finding: None runs it (the replay is how the failure is seen), "refuse" runs nothing,
+    # "safe-patterns" runs nothing unless --safe-patterns skips the step
+    replay: str | None = None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -152,14 +159,6 @@ def _check_broad(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
                 )
 
 
-_GPU_KILL = (
-    re.compile(r"\bfuser\b(?=.*\s-[a-zA-Z]*k)(?=.*?/dev/nvidia)"),
-    re.compile(r"/dev/nvidia\S*.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
-    re.compile(r"nvidia-smi\b.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
-    re.compile(r"\bkillall_sglang\.sh\b"),
-)
-
-
 def _check_mass_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     for step in ctx.chain.steps:
         for name, what in mass_kills(step):
@@ -168,14 +167,24 @@ def _check_mass_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
                 rule.severity,
                 step.index,
                 step.text,
-                f"`{name}` signals {what}; nothing after it is sure to run.",
+                f"`{name}` stops {what}; nothing after it is sure to run.",
                 rule.alternative,
             )
 
 
+def _steps(find: Callable[[LintContext], Iterable[tuple[Step, str]]]):
+    """A check from a function of the chain that yields ``(step, explanation)`` pairs."""
+
+    def check(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
+        for step, why in find(ctx):
+            yield Finding(rule.id, rule.severity, step.index, step.text, why, rule.alternative)
+
+    return check
+
+
 def _check_gpu_collateral(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     for step in ctx.chain.steps:
-        if any(p.search(step.text) for p in _GPU_KILL):
+        if any(p.search(step.text) for p in GPU_KILLS):
             yield Finding(
                 rule.id,
                 rule.severity,
@@ -367,12 +376,13 @@ def _check_syntax(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
 
 def syntax_finding(recipe: Recipe | str) -> Finding | None:
     """The shell-syntax finding of a chain (what ``lint`` reports), or None."""
-    rule = RULES_BY_ID["shell-syntax"]
-    if isinstance(recipe, str):
-        recipe = Recipe.from_shell(recipe)
-    chain = recipe.chain()
-    ctx = LintContext(recipe, chain, server_step(chain), "", None)
-    return next(iter(rule.check(ctx, rule)), None)
+    return next((f for f in lint(recipe) if f.id == "shell-syntax"), None)
+
+
+def replay_blockers(recipe: Recipe | str, *, safe_patterns: bool = False) -> list[Finding]:
+    """The findings that stop a replay of the chain (the rules' ``replay`` column)."""
+    stops = ("refuse",) if safe_patterns else ("refuse", "safe-patterns")
+    return [f for f in lint(recipe) if RULES_BY_ID[f.id].replay in stops]
 
 
 RULES: tuple[Rule, ...] = (
@@ -387,6 +397,7 @@ RULES: tuple[Rule, ...] = (
         "close every quote and group; wrap the chain in single quotes on your side and use "
         "double quotes inside it",
         _check_syntax,
+        replay="refuse",
     ),
     Rule(
         "cleanup-self-kill",
@@ -405,13 +416,44 @@ RULES: tuple[Rule, ...] = (
         "mass-kill",
         "error",
         "a kill of everything rather than of one server: `kill -9 -1`, `kill -- -1`, "
-        "`kill 0`, `killall5`, `pkill -u root`, `pkill -U 0`, also inside `bash -c`, `eval`, "
-        "`$(…)` or backticks",
-        "it signals every process the user (or root) owns: the SSH session, the launching "
-        "shell and other users' work die with the old server",
+        "`kill 0`, `kill $PPID`, `killall5`, `pkill -u root`, `pkill -P 1`; or a stop of the "
+        "host, a service or a GPU: `reboot`, `shutdown`, `init 0`, `systemctl stop/restart`, "
+        "`nvidia-smi --gpu-reset`; also inside `bash -c`, `eval`, `ssh HOST '…'`, `$(…)` or "
+        "backticks",
+        "it stops far more than the old server: the SSH session, the launching shell, the "
+        "host's services and other users' work go with it",
         "stop the previous server by its process group: `forensics stop NAME` (or "
         "`kill -TERM -- -PGID` with the pgid from its pid file)",
         _check_mass_kill,
+        replay="safe-patterns",
+    ),
+    Rule(
+        "removes-launch-input",
+        "error",
+        "`rm -rf` (or rmdir, unlink, shred) of the log's folder, the model, the draft model or "
+        "the tokenizer, or of a folder above them",
+        "the launch needs them: with the log's folder gone nothing starts and no log is "
+        "written; with the model gone the load fails (and a replay would delete it again)",
+        "remove only what you mean to (the old log file itself, a cache folder), or create "
+        "the folder again right before the server step (`mkdir -p DIR`)",
+        _steps(lambda ctx: hazards.removed_inputs(ctx.chain, ctx.recipe)),
+        replay="refuse",
+    ),
+    Rule(
+        "exec-replaces-shell",
+        "error",
+        "`exec CMD` with steps after it",
+        "exec replaces the shell that runs the chain, so the steps after it never run",
+        "drop `exec`, or make the exec'd server the chain's last step",
+        _steps(lambda ctx: hazards.exec_ends_chain(ctx.chain)),
+    ),
+    Rule(
+        "trap-ignores-signals",
+        "warning",
+        "`trap '' TERM` (an empty action) before the server starts",
+        "ignored signals are inherited across exec: the server ignores TERM and INT",
+        "leave the signals alone (no `trap ''`); to survive the SSH session use `setsid nohup`",
+        _steps(lambda ctx: hazards.ignored_signals(ctx.chain)),
     ),
     Rule(
         "broad-kill",
@@ -536,20 +578,6 @@ FAILING = {False: ("error",), True: ("error", "warning")}
 def failing(findings: list[Finding], *, strict: bool = False) -> list[Finding]:
     """The findings that fail the check: errors, and with ``strict`` warnings too."""
     return [f for f in findings if f.severity in FAILING[strict]]
-
-
-FINDING_SCHEMA = {
-    "id": pl.String,
-    "severity": pl.String,
-    "step": pl.Int64,
-    "text": pl.String,
-    "explanation": pl.String,
-    "alternative": pl.String,
-}
-
-
-def findings_frame(findings: list[Finding]) -> pl.DataFrame:
-    return pl.DataFrame([f.to_dict() for f in findings], schema=FINDING_SCHEMA)
 
 
 def rules_frame() -> pl.DataFrame:

@@ -18,6 +18,7 @@ Steps are numbered from 1, as people count them ("step 3 `pkill -9 -f python3`")
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -258,7 +259,77 @@ def parse_chain(text: str) -> Chain:
     close_step(None)
     if steps and steps[-1].connector == ";":
         steps[-1].connector = None
+    resolve_words(steps)
     return Chain(text=text, steps=steps, warnings=[*errors, *notes], errors=errors)
+
+
+# --------------------------------------------------------------------------- command words
+
+# A word the shell turns into a command name before running it, so every rule sees the name:
+# `$(which pkill)`, `$(command -v pkill)`, `` `type -P pkill` `` (program -> its options that
+# print the path), variables set earlier in the chain (`P=pkill; $P -f x`,
+# `export K="kill -9"`) and aliases (`alias k=pkill; k -f x`).
+NAME_LOOKUPS: dict[str, frozenset[str]] = {
+    "which": frozenset({"-a"}),
+    "command": frozenset({"-v", "-V"}),
+    "type": frozenset({"-p", "-P", "-a", "-t"}),
+    "whereis": frozenset({"-b"}),
+    "realpath": frozenset(),
+    "readlink": frozenset({"-f", "-e", "-m"}),
+}
+ASSIGNERS = ("export", "readonly", "declare", "typeset", "local")
+_VAR = re.compile(r"^\$(?:\{(\w+)\}|(\w+))$")
+_WHOLE_SUB = re.compile(r"^(?:\$\((.*)\)|`(.*)`)$", re.S)
+
+
+def _looked_up(word: str) -> str | None:
+    """``$(which pkill)`` -> ``pkill`` (None when the word is not such a lookup)."""
+    m = _WHOLE_SUB.match(word.strip())
+    if not m:
+        return None
+    try:
+        argv = shlex.split(m.group(1) if m.group(1) is not None else m.group(2))
+    except ValueError:
+        return None
+    if not argv or argv[0] not in NAME_LOOKUPS:
+        return None
+    names = [a for a in argv[1:] if a not in NAME_LOOKUPS[argv[0]] and not a.startswith("-")]
+    return names[0] if names and (argv[0] != "command" or "-v" in argv or "-V" in argv) else None
+
+
+def _split(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
+
+
+def resolve_words(steps: list[Step]) -> None:
+    """Replace, in each command's argv, the words that stand for something set earlier in the
+    chain (NAME_LOOKUPS, variables, aliases) by what the shell would run; the step's text
+    (what a replay runs) stays as typed."""
+    env: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+    for step in steps:
+        for cmd in step.commands:
+            if not cmd.argv:
+                env.update(cmd.assignments)
+                continue
+            if cmd.argv[0] in aliases:
+                cmd.argv[:1] = _split(aliases[cmd.argv[0]])
+            words: list[str] = []
+            for w in cmd.argv:
+                m = _VAR.match(w)
+                name = m and (m.group(1) or m.group(2))
+                if name in env:
+                    words.extend(_split(env[name]) or [""])
+                else:
+                    words.append(_looked_up(w) or w)
+            cmd.argv[:] = words
+            if cmd.argv[0] in ASSIGNERS:
+                env.update(dict(a.split("=", 1) for a in cmd.argv[1:] if _is_assignment(a)))
+            elif cmd.argv[0] == "alias":
+                aliases.update(dict(a.split("=", 1) for a in cmd.argv[1:] if "=" in a))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -298,10 +369,28 @@ def shell_script(argv: list[str]) -> str | None:
     return None
 
 
+# ssh's options that take a value (the next word or glued): the host comes after them.
+SSH_VALUE_OPTIONS = frozenset(
+    "-b -B -c -D -E -e -F -I -i -J -L -l -m -O -o -p -P -Q -R -S -W -w".split()
+)
+
+
+def _ssh_command(args: list[str]) -> str | None:
+    """``ssh [options] HOST COMMAND...``: the command the remote login shell runs (joined as
+    ssh joins it), None when there is none (an interactive login)."""
+    k = 0
+    while k < len(args) and args[k].startswith("-") and args[k] != "--":
+        k += 2 if args[k] in SSH_VALUE_OPTIONS else 1
+    k += 1 if k < len(args) and args[k] == "--" else 0
+    rest = args[k + 1 :]
+    return " ".join(rest) if rest else None
+
+
 # Commands that run a script given as an argument: name -> how the script is found.
 SCRIPT_RUNNERS = {
     "eval": lambda args: " ".join(args),  # eval "pkill -f x" runs its joined arguments
     "su": lambda args: next((args[k + 1] for k, a in enumerate(args[:-1]) if a == "-c"), None),
+    "ssh": _ssh_command,  # ssh HOST 'pkill -f x': the remote shell runs it
 }
 NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
 

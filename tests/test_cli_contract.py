@@ -144,8 +144,24 @@ def test_no_internal_case_ids_in_what_users_read():
     texts = [t for r in RULES for t in (r.detects, r.why, r.alternative)]
     texts += [f.explanation for f in lint(SEED)]
     texts += [t for e in signatures.CATALOG for t in (e["explanation"], *e["remedies"])]
+    texts += [_help_text(path) for path in _command_paths(cli)]  # every --help (round 3)
     ids = re.compile(r"\b[SHCP]\d{2}\b")
     assert [t for t in texts if ids.search(t)] == []
+
+
+def _command_paths(group, prefix=()):
+    import click
+
+    yield prefix
+    for name, sub in getattr(group, "commands", {}).items():
+        if isinstance(sub, click.Group):
+            yield from _command_paths(sub, (*prefix, name))
+        else:
+            yield (*prefix, name)
+
+
+def _help_text(path) -> str:
+    return CliRunner().invoke(cli, [*path, "--help"]).output
 
 
 def test_launches_of_one_file_are_numbered_from_1_everywhere(store):

@@ -10,13 +10,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, LaunchFailed, UsageError
-from forensics.kills import mass_kills
 from forensics.launcher import records
 from forensics.launcher.hostinfo import host_for
 from forensics.launcher.run import Plan, Progress, execute
 from forensics.launcher.safe import new_token, safe_chain
 from forensics.launcher.stop import stop
-from forensics.lint import lint, syntax_finding
+from forensics.lint import RULES_BY_ID, lint, replay_blockers
 from forensics.recipe import Recipe, valid_name, with_simulator
 from forensics_parsers.shell import parse_chain
 
@@ -102,22 +101,16 @@ def relaunch(
 
 
 def _refuse_replay(recipe: Recipe, safe_patterns: bool) -> None:
-    """A chain the shell would refuse is not replayed (lint's shell-syntax finding), nor one
-    that signals every process (lint's mass-kill) unless --safe-patterns defuses it."""
-    bad = syntax_finding(recipe)
-    if bad is not None:
-        raise UsageError(
-            f"{recipe.name}: not replayed: {bad.explanation}",
-            hint="fix the chain (forensics lint --shell '...' shows where)",
+    """A chain with a finding whose rule says so (lint's ``replay`` column: shell-syntax,
+    removes-launch-input; mass-kill unless --safe-patterns skips the step) is not replayed."""
+    for f in replay_blockers(recipe, safe_patterns=safe_patterns):
+        where = f"step {f.step} " if f.step is not None else ""
+        fix = (
+            "replay it with --safe-patterns (the step is skipped), or fix the chain"
+            if RULES_BY_ID[f.id].replay == "safe-patterns"
+            else "fix the chain (forensics lint --shell '...' shows where)"
         )
-    if safe_patterns:
-        return
-    for step in recipe.chain().steps:
-        for name, what in mass_kills(step):
-            raise UsageError(
-                f"{recipe.name}: not replayed: step {step.index} `{name}` would signal {what}",
-                hint="replay it with --safe-patterns (the step is skipped), or fix the chain",
-            )
+        raise UsageError(f"{recipe.name}: not replayed: {where}{f.id}: {f.explanation}", hint=fix)
 
 
 def launch(

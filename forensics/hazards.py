@@ -1,0 +1,142 @@
+"""What a chain step destroys besides processes: the files the launch needs, the shell that
+runs the chain, the signals the server could be stopped with.
+
+Each function reads a parsed chain (and the recipe it belongs to) and returns
+``(step, explanation)`` pairs; lint's rules turn them into findings. Tables:
+``LAUNCH_INPUTS`` (the paths a launch reads or writes, from the recipe) and ``REMOVERS`` (the
+commands that delete a path given as an argument, with their options that take a value).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+from collections.abc import Callable, Iterator
+
+from forensics.recipe import Recipe
+from forensics_parsers.shell import Chain, Step, nested_steps
+
+
+def _flag(argv: list[str], *names: str) -> str | None:
+    for k, a in enumerate(argv):
+        for name in names:
+            if a == name and k + 1 < len(argv):
+                return argv[k + 1]
+            if a.startswith(name + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+# The paths a launch needs: (what it is, how to find it in the recipe, what removing it does).
+LAUNCH_INPUTS: tuple[tuple[str, Callable[[Recipe], str | None], str], ...] = (
+    (
+        "the log's folder",
+        lambda r: posixpath.dirname(r.log_path) if r.log_path else None,
+        "the redirection to the log cannot be opened, so the server never starts and no log "
+        "is written",
+    ),
+    (
+        "the model",
+        lambda r: _flag(r.server, "--model-path", "--model"),
+        "the server has no weights to load (before it starts), or loses them while loading",
+    ),
+    (
+        "the draft model",
+        lambda r: _flag(r.server, "--speculative-draft-model-path"),
+        "the speculative draft model is gone when the server loads it",
+    ),
+    (
+        "the tokenizer",
+        lambda r: _flag(r.server, "--tokenizer-path"),
+        "the server cannot load its tokenizer",
+    ),
+)
+
+# Commands that delete the paths given as arguments: program -> its options that take a value.
+REMOVERS: dict[str, frozenset[str]] = {
+    "rm": frozenset(),
+    "rmdir": frozenset(),
+    "unlink": frozenset(),
+    "shred": frozenset({"-n", "-s", "--iterations", "--size", "--remove"}),
+}
+
+
+def _removed(argv: list[str]) -> list[str]:
+    """The paths a REMOVERS command deletes (none for another command)."""
+    if not argv or argv[0].rsplit("/", 1)[-1] not in REMOVERS:
+        return []
+    takes = REMOVERS[argv[0].rsplit("/", 1)[-1]]
+    out, words, options = [], iter(argv[1:]), True
+    for a in words:
+        if options and a == "--":
+            options = False
+        elif options and a in takes:
+            next(words, None)
+        elif not (options and a.startswith("-") and len(a) > 1):
+            out.append(a)
+    return out
+
+
+def _covers(target: str, path: str) -> bool:
+    """Whether removing ``target`` (a path or glob as typed) removes ``path``."""
+    t = posixpath.normpath(target) if target not in ("", ".") else target
+    p = posixpath.normpath(path)
+    if not t or t == "/":
+        return bool(t)
+    if t == p or p.startswith(t.rstrip("/") + "/"):
+        return True
+    parts = p.split("/")
+    return any(fnmatch.fnmatchcase("/".join(parts[:k]), t) for k in range(1, len(parts) + 1))
+
+
+def _commands(step: Step):
+    for s in [step, *nested_steps(step)]:
+        yield from s.commands
+
+
+def removed_inputs(chain: Chain, recipe: Recipe) -> Iterator[tuple[Step, str]]:
+    """Steps that delete a path the launch needs (LAUNCH_INPUTS), before or while it runs."""
+    needed = [(what, find(recipe), why) for what, find, why in LAUNCH_INPUTS]
+    for step in chain.steps:
+        for cmd in _commands(step):
+            inner, _ = cmd.unwrapped()
+            for target in _removed(inner):
+                for what, path, why in needed:
+                    if path and _covers(target, path):
+                        yield step, f"`{target}` removes {what} ({path}): {why}."
+
+
+def exec_ends_chain(chain: Chain) -> Iterator[tuple[Step, str]]:
+    """``exec CMD`` before other steps: the shell is replaced by CMD, the steps after it never
+    run (``exec`` with only redirections keeps the shell)."""
+    for step in chain.steps:
+        cmd = step.command
+        later = [s for s in chain.steps if s.index > step.index]
+        if cmd is None or not later or cmd.argv[:1] != ["exec"] or step.background:
+            continue
+        if cmd.unwrapped()[0]:
+            yield (
+                step,
+                (
+                    f"`exec` replaces the shell that runs the chain with `{' '.join(cmd.argv[1:])}`: "
+                    f"the {len(later)} step(s) after it never run"
+                ),
+            )
+
+
+def ignored_signals(chain: Chain) -> Iterator[tuple[Step, str]]:
+    """``trap '' SIG…`` (an empty action): the signals stay ignored in every program the shell
+    starts afterwards, the server included, across exec."""
+    for step in chain.steps:
+        for cmd in _commands(step):
+            argv = cmd.argv
+            if argv[:1] == ["trap"] and len(argv) > 2 and argv[1] == "":
+                sigs = " ".join(argv[2:])
+                yield (
+                    step,
+                    (
+                        f"`trap ''` ignores {sigs}, and an ignored signal stays ignored in the "
+                        "server it starts: `forensics stop` (TERM) and Ctrl-C do nothing, only "
+                        "KILL after the grace ends it, with no clean shutdown of its schedulers"
+                    ),
+                )
