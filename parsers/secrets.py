@@ -61,6 +61,11 @@ RULES: list[tuple[str, str]] = [
 _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
+# A cheaper first sieve (~3x on a busy log): every line HINT matches, matches one of these
+# (hf_, api_org_, _token, access_key: `_`; token=, [?&]..=: `=`; --..token: `--`; the letter
+# words by a shorter stem, case-insensitive as HINT), and polars runs these short patterns far
+# faster than HINT's long case-insensitive alternation. HINT then decides on what they pick.
+HINT_SIEVE = (r"(?i)api[_-]?k|bearer|passw|secret|authoriz|sk-", r"[_=]", r"--|://")
 
 
 def redact_value(v: str) -> str:
@@ -98,7 +103,11 @@ def redact(text: str) -> str:
 def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
     """``redact`` on the lines that may hold a secret (a vectorised test picks them)
     -> (lines, how many of them changed)."""
-    idx = lines.str.contains(HINT).arg_true()
+    sieve = pl.select(pl.any_horizontal(pl.lit(lines).str.contains(p) for p in HINT_SIEVE))
+    idx = sieve.to_series().arg_true()
+    if idx.is_empty():
+        return lines, 0
+    idx = idx.filter(lines.gather(idx).str.contains(HINT))
     if idx.is_empty():
         return lines, 0
     old = lines.gather(idx).to_list()
@@ -111,4 +120,13 @@ def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
     return out, changed
 
 
-__all__ = ["HINT", "MARK", "RULES", "SECRET_KEYS", "redact", "redact_lines", "redact_value"]
+__all__ = [
+    "HINT",
+    "HINT_SIEVE",
+    "MARK",
+    "RULES",
+    "SECRET_KEYS",
+    "redact",
+    "redact_lines",
+    "redact_value",
+]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forensics.cli import main
 from forensics_parsers.secrets import redact
@@ -132,3 +134,48 @@ def test_the_prefilter_leaves_metrics_lines_to_polars_issue15():
         ]
     )
     assert lines.str.contains(HINT).to_list() == [False, False, True, True]
+
+
+_HINT_PARTS = [
+    "hf_",
+    "--api-token",
+    "--Token",
+    "api_org_",
+    "sK-",
+    "BEARER",
+    "://",
+    "_TOKEN",
+    "Token=",
+    "apiKey",
+    "api-KEY",
+    "api_key",
+    "PassWord",
+    "passwd",
+    "Secret",
+    "Authorization",
+    "access_KEY",
+    "?key=",
+    "&sig=",
+    "?signature=",
+    "\u212a",
+    "\u017f",
+    "x",
+    " ",
+    "-",
+    "_",
+    "=",
+]
+
+
+@given(st.lists(st.sampled_from(_HINT_PARTS) | st.text(max_size=4), max_size=6).map("".join))
+@settings(max_examples=400, deadline=None)
+def test_the_hint_sieve_keeps_every_line_the_hint_matches_issue15(line):
+    """redact_lines tests HINT only on the lines HINT_SIEVE picks: the sieve must pick every
+    line HINT matches (Unicode case folding included: the Kelvin sign, the long s)."""
+    import polars as pl
+
+    from forensics_parsers.secrets import HINT, HINT_SIEVE
+
+    s = pl.Series([line])
+    if s.str.contains(HINT)[0]:
+        assert any(s.str.contains(p)[0] for p in HINT_SIEVE)
