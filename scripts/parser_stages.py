@@ -18,20 +18,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from forensics_parsers.sglang import LogParser, bulk, extract_batch, parser, runs
+from forensics_parsers.sglang import LogParser, bulk, extract_batch, metrics, parser, runs
 
 CHUNK = 4 << 20
 STAGES: list[tuple[Any, str, str]] = [
-    (parser.LogParser, "_text_of", "decode the chunk (UTF-8, NUL, ANSI, JSON)"),
-    (parser.LogParser, "_lines_of", "lines frame (split, secrets, metrics test)"),
-    (parser, "redact_lines", "· secrets redaction"),
-    (bulk, "split", "bulk lines classified in polars"),
-    (parser.LogParser, "_python_lines_between", "rare lines through the rule table (Python)"),
-    (parser.LogParser, "_python_lines", "rare lines through the rule table (Python)"),
-    (parser.LogParser, "_after_python", "bulk lines' effect (runs, counts, order)"),
-    (parser.LogParser, "_batch_prepare", "metrics lines: run, kind, timestamp"),
-    (bulk, "lines_frame", "`lines` frame"),
-    (runs, "runs_frame", "`runs` frame"),
+    (parser.LogParser, "split_lines", "split_lines (ingest: the reading thread)"),
+    (parser.LogParser, "_text_of", "· decode the chunk (UTF-8, NUL, ANSI, JSON)"),
+    (parser.LogParser, "_lines_of", "· lines frame (split, secrets, metrics test)"),
+    (parser, "redact_lines", "· · secrets redaction"),
+    (metrics, "read_heads", "· metrics lines: kind, head, timestamp"),
+    (bulk, "split", "· bulk lines classified in polars"),
+    (parser.LogParser, "feed_lines", "feed_lines (ingest: the parser's thread)"),
+    (parser.LogParser, "_python_lines_between", "· rare lines through the rule table (Python)"),
+    (parser.LogParser, "_python_lines", "· rare lines through the rule table (Python)"),
+    (parser.LogParser, "_after_python", "· bulk lines' effect (runs, counts, order)"),
+    (parser.LogParser, "_batch_prepare", "· metrics lines: their runs"),
+    (bulk, "lines_frame", "· `lines` frame"),
+    (runs, "runs_frame", "· `runs` frame"),
 ]
 
 
@@ -64,15 +67,15 @@ def main(argv: list[str]) -> int:
             for chunk in chunks:
                 size += len(chunk)
                 t0 = time.process_time()
-                _, prepared = p.feed_split(chunk)
+                _, prepared = p.feed_split(chunk)  # = feed_lines(split_lines(chunk))
                 t1 = time.process_time()
                 extract_batch(prepared)
                 feed, ext = feed + t1 - t0, ext + time.process_time() - t1
         p.finish()
     mb = size / (1 << 20)
     print(f"{argv[0]}: {mb:.0f} MB, bulk={'on' if use_bulk else 'off'}; CPU seconds:")
-    print(f"  feed_split (the parser's thread)             {feed:6.3f}")
-    for label, v in acc.most_common():
+    print(f"  feed_split                                    {feed:6.3f}")
+    for label, v in acc.items():
         print(f"    {label:44s} {v:6.3f}")
     print(f"  extract_batch (metrics fields: ingest's worker) {ext:6.3f}")
     print(f"  total                                         {feed + ext:6.3f}")

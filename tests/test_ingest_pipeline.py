@@ -89,7 +89,7 @@ def _one_pass(path: Path, chunk: int | None = None) -> tuple[S.Frames, dict]:
 
 
 def _no_worker_left() -> bool:
-    return not any(t.name.startswith("forensics-ingest") for t in threading.enumerate())
+    return not any(t.name.startswith("forensics-") for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("chunk", [4096, 16384])
@@ -131,20 +131,23 @@ def test_pipelined_ingest_equals_one_sequential_pass(tmp_path, monkeypatch, chun
     assert summary.as_dict()["decode_lines"] == want.decode.height
 
 
-def test_interrupt_in_the_reading_thread_leaves_the_store_as_it_was(tmp_path, monkeypatch):
-    """Ctrl-C while the parser reads chunk 3 (the worker busy with chunk 2): nothing stored."""
+@pytest.mark.parametrize("stage", ["feed_lines", "split_lines"])
+def test_interrupt_in_the_reading_thread_leaves_the_store_as_it_was(tmp_path, monkeypatch, stage):
+    """Ctrl-C while the parser parses chunk 3 (feed_lines; the worker busy with chunk 2, the
+    splitting thread with chunk 4), or while chunk 3 is split (split_lines, in its own
+    thread, reaching the caller through the chunks): nothing stored."""
     path = _log(tmp_path)
     monkeypatch.setattr(logsource, "READ_CHUNK", 8192)
-    real = S.LogParser.feed_split
+    real = getattr(S.LogParser, stage)
     calls = {"n": 0}
 
-    def feed_split(self, data):
+    def fail_third(self, data):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
         return real(self, data)
 
-    monkeypatch.setattr(S.LogParser, "feed_split", feed_split)
+    monkeypatch.setattr(S.LogParser, stage, fail_third)
     store = Store(tmp_path / "st")
     summary = ingest(store, [str(path)])
     assert summary.interrupted and summary.files == []

@@ -202,17 +202,21 @@ def _parse(
             frames.decode, frames.prefill = extract_batch(prepared)
         _stage(tx, sid, frames, sid)
 
-    # Two stages on two cores: this thread splits chunk k+1 and runs the rule table
-    # over it while the worker extracts the metrics fields of chunk k and stages its rows
-    # (and writes a part every STAGE_ROWS rows; polars releases the GIL). One worker takes the chunks in order,
-    # so the parts are those of a plain loop. Leaving the `with` waits for the worker:
-    # no thread outlives the file, and the transaction aborts or commits after it.
-    with ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool:
+    # Three stages on two cores (polars releases the GIL): one thread reads chunk k+1 and
+    # splits it into lines (parser.split_lines), this one runs the rule table over chunk k
+    # (parser.feed_lines), the worker extracts the metrics fields of chunk k-1 and stages
+    # its rows (and writes a part every STAGE_ROWS rows). Each stage takes the chunks in
+    # order, so the rows and parts are those of a plain loop. Leaving the `with` waits for
+    # both threads: none outlives the file, and the transaction aborts or commits after it.
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="forensics-split") as ahead,
+    ):
         pending: Future | None = None
         try:
-            for chunk in o.src.chunks(offset):
-                consumed += len(chunk)
-                frames, prepared = parser.feed_split(chunk)
+            for n, lines in _split_ahead(parser, o.src.chunks(offset), ahead):
+                consumed += n
+                frames, prepared = parser.feed_lines(lines)
                 _account(summary, o.out, frames)
                 job = pool.submit(finish_chunk, frames, prepared)
                 if pending is not None:
@@ -230,6 +234,22 @@ def _parse(
         if pending is not None:
             pending.result()
     return consumed, last_frames
+
+
+def _split_ahead(parser: Any, chunks: Any, pool: Any) -> Any:
+    """(bytes, ``parser.split_lines(chunk)``) of each chunk, the next one read and split in
+    ``pool``'s thread while the caller parses this one. A read error comes out here, in
+    order, after the chunks before it."""
+    it = iter(chunks)
+
+    def step() -> tuple[int, Any] | None:
+        chunk = next(it, None)
+        return None if chunk is None else (len(chunk), parser.split_lines(chunk))
+
+    job = pool.submit(step)
+    while (got := job.result()) is not None:
+        job = pool.submit(step)
+        yield got
 
 
 def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] | None) -> None:

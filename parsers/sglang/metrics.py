@@ -32,21 +32,18 @@ PREFILL_FIELDS: list[tuple[str, str, type]] = [
 GRAPH_KEY = r"(?:cuda|cpu|npu|musa|xpu) graph"
 
 
-# Two steps. ``prepare`` gives each metrics line its run, kind and timestamp (the parser then
-# updates its runs from them: the lines after depend on them); ``extract_batch`` turns the
-# prepared lines into the decode/prefill frames. Both are pure, so an ingest runs the second
-# in a worker thread (polars releases the GIL) while the parser goes on with the next chunk.
+# Three steps. ``read_heads`` gives each metrics line its kind and timestamp, ``run_of_lines``
+# its run (the parser then updates its runs from them: the lines after depend on them);
+# ``extract_batch`` turns the prepared lines into the decode/prefill frames. All are pure, so
+# an ingest runs the first while it splits the next chunk and the last in a worker thread
+# (polars releases the GIL) while the parser goes on with the next chunk.
 BATCH_HEAD = r"(?:Decode|Prefill) batch(?: \[\d+\])?[.,] "  # what makes a line a metrics line
 
 
-def prepare(
-    batch: pl.DataFrame, boundaries: list[tuple[int, int]], start_run: int, date_hint: str
-) -> tuple[pl.DataFrame, int]:
-    """Metrics lines (``line``, ``text``) -> (prepared lines, how many are decode lines).
-
-    ``boundaries``: (line, run_index) where a run starts within these lines; before the first
-    the run is ``start_run``."""
-    batch = run_of_lines(batch.select("line", "text"), boundaries, start_run)
+def read_heads(batch: pl.DataFrame, date_hint: str) -> tuple[pl.DataFrame, int]:
+    """Metrics lines (``line``, ``text``) -> (the lines with their kind, head and timestamp,
+    how many are decode lines). It depends on the lines alone, so the parser reads it while
+    it splits a chunk; ``run_of_lines`` adds each line's run after."""
     t = pl.col("text")
     if batch["text"].str.contains("\r", literal=True).any():
         batch = batch.with_columns(t.str.split("\r").list.last().alias("text"))

@@ -8,7 +8,7 @@ line, in file order, through the rule table (parsers/sglang/rules.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -20,6 +20,8 @@ from forensics_parsers.sglang import bulk as bulk_
 from forensics_parsers.sglang import metrics
 from forensics_parsers.sglang import runs as runs_
 from forensics_parsers.sglang import traceback as tb_
+from forensics_parsers.sglang.chunk import Chunk as _Chunk
+from forensics_parsers.sglang.chunk import Lines
 from forensics_parsers.sglang.frames import (
     ERROR_SCHEMA,
     EVENT_SCHEMA,
@@ -44,24 +46,6 @@ MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
 MAX_TEXT = 4000  # text kept per line in the `lines` frame
 _IS_BATCH = pl.col("text").str.contains(metrics.BATCH_HEAD)
 # Secrets: one choke point, ``redact_lines`` in ``LogParser._lines_of`` (parsers/secrets.py).
-
-
-@dataclass
-class _Chunk:
-    """What the Python path collects over one chunk's lines, in file order."""
-
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    boundaries: list[tuple[int, int]] = field(default_factory=list)  # (line, run) a run starts
-    stamps: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) in file order
-    counts: dict[str, int] = field(default_factory=dict)
-    stats: dict[str, int] = field(default_factory=dict)
-
-    def bump(self, kind: str, n: int = 1) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + n
-
-    def stat(self, key: str, n: int = 1) -> None:
-        self.stats[key] = self.stats.get(key, 0) + n
 
 
 @dataclass
@@ -145,19 +129,27 @@ class LogParser:
         the next chunk). Everything else, counts, runs and ``state()`` included, already
         covers the lines fed.
         """
+        return self.feed_lines(self.split_lines(data))
+
+    def split_lines(self, data: bytes) -> Lines:
+        """The first half of ``feed_split``: the chunk's lines, decoded, unwrapped, redacted,
+        and the metrics lines' heads and timestamps. It reads and moves only the parser's
+        byte-level state (the unfinished line, the line count, a JSON record's carry), so it
+        may split chunk k+1 in another thread while ``feed_lines`` parses chunk k (chunks in
+        order, one ``split_lines`` at a time)."""
         buf = self._pending + data
         if self._sniff is None:
             head = W.sniff_window(buf, final=False)
             if head is None:
                 self._pending = buf
-                return Frames(), None
+                return Lines(_Chunk(), done=(Frames(), None))
             self._do_sniff(head, whole=head.endswith((b"\n", b"\r")))
         cr = self._sniff["cr"]
         if self._skip_to_newline:
             nl = find_eol(buf, cr)
             if nl < 0:
                 self._pending = b""
-                return Frames(), None
+                return Lines(_Chunk(), done=(Frames(), None))
             buf = buf[nl + 1 :]
             self._skip_to_newline = False
             self.line_no += 1  # the cut line was already counted when cut
@@ -167,17 +159,15 @@ class LogParser:
                 # P11: a huge line without newline yet: keep its head, skip the rest
                 self._pending = b""
                 self._skip_to_newline = True
-                frames, prepared = self._parse_split(buf[:MAX_LINE], partial=False)
-                frames.stats["long_lines_truncated"] = (
-                    frames.stats.get("long_lines_truncated", 0) + 1
-                )
+                lines = self._split(buf[:MAX_LINE], partial=False)
+                lines.ck.stat("long_lines_truncated")
                 self.line_no -= 1  # the line continues; it is counted once, when it ends
-                return frames, prepared
+                return lines
             self._pending = buf
-            return Frames(), None
+            return Lines(_Chunk(), done=(Frames(), None))
         self._pending = buf[cut + 1 :]
         complete = buf[: cut + 1]
-        return self._parse_split(W.cr_to_lf(complete) if cr else complete, partial=False)
+        return self._split(W.cr_to_lf(complete) if cr else complete, partial=False)
 
     def _do_sniff(self, head: bytes, *, whole: bool) -> None:
         """Decide line endings, wrapper and the first transport prefixes from the file's
@@ -233,25 +223,43 @@ class LogParser:
 
     # -- the work ------------------------------------------------------------------------
     def _parse(self, data: bytes, *, partial: bool) -> Frames:
-        frames, prepared = self._parse_split(data, partial=partial)
+        frames, prepared = self.feed_lines(self._split(data, partial=partial))
         if prepared is not None:
             frames.decode, frames.prefill = extract_batch(prepared)
         return frames
 
-    def _parse_split(self, data: bytes, *, partial: bool) -> tuple[Frames, pl.DataFrame | None]:
+    def _split(self, data: bytes, *, partial: bool) -> Lines:
+        """Complete lines (or the partial last one) -> ``Lines`` (see ``split_lines``)."""
         ck = _Chunk()
-        self._started = {}
         text = self._text_of(data, ck, partial)
         if text is None:
-            return Frames(stats=ck.stats), None  # only an unfinished piece so far
+            return Lines(ck, done=(Frames(stats=ck.stats), None))  # an unfinished record
         df = self._lines_of(text, ck, partial)
-        batch = df.filter(pl.col("batch"))
+        batch = df.filter(pl.col("batch")).select("line", "text")
         other = df.filter(~pl.col("batch")).select("line", "text")
+        out = Lines(ck, other=other)
+        if not batch.is_empty():
+            out.batch, out.n_decode = metrics.read_heads(batch, self.date_hint)
+        if self._bulk_ok():  # ahead of time; feed_lines checks it still holds
+            out.quick = bulk_.split(other, self.date_hint, MAX_LINE)
+        return out
+
+    def feed_lines(self, lines: Lines) -> tuple[Frames, pl.DataFrame | None]:
+        """The second half of ``feed_split``: the lines of ``split_lines`` through the rule
+        table and into the runs, in file order."""
+        if lines.done is not None:
+            return lines.done
+        ck, other = lines.ck, lines.other
+        self._started = {}
 
         # 1) the Python path, in file order: runs, stages, errors, the rare lines; the common
         # ones (bulk) in polars, their effect on the runs after
         start_run = self.run_index
-        quick = bulk_.split(other, self.date_hint, MAX_LINE) if self._bulk_ok() else None
+        quick = None
+        if self._bulk_ok():
+            quick = lines.quick
+            if quick is None:
+                quick = bulk_.split(other, self.date_hint, MAX_LINE)
         if quick is None:
             self._python_lines(ck, other)
             quick = bulk_.empty()
@@ -261,7 +269,7 @@ class LogParser:
 
         # 2) the vectorised path: Prefill / Decode batch lines
         # (runs and counts now; the fields by extract_batch, see feed_split)
-        prepared, n_decode, n_prefill = self._batch_prepare(batch, ck.boundaries, start_run)
+        prepared, n_decode, n_prefill = self._batch_prepare(lines, ck.boundaries, start_run)
         ck.bump("decode", n_decode)
         ck.bump("prefill", n_prefill)
 
@@ -556,12 +564,12 @@ class LogParser:
 
     # -- metrics lines, vectorised: parsers/sglang/metrics.py ----------------------------
     def _batch_prepare(
-        self, batch: pl.DataFrame, boundaries: list[tuple[int, int]], start_run: int
+        self, lines: Lines, boundaries: list[tuple[int, int]], start_run: int
     ) -> tuple[pl.DataFrame | None, int, int]:
         """-> (prepared lines or None, decode lines, prefill lines); touches the runs."""
-        if batch.is_empty():
+        if lines.batch is None:
             return None, 0, 0
-        parts, n_dec = metrics.prepare(batch, boundaries, start_run, self.date_hint)
+        parts, n_dec = metrics.run_of_lines(lines.batch, boundaries, start_run), lines.n_decode
         touch = parts.select("run_index", "line", "ts", "which")
         if n_dec:
             runs_.touch_lines(self.runs, touch.filter(pl.col("which") == "Decode"), "decode")
