@@ -73,18 +73,6 @@ def test_remedies_fit_the_logs_own_values(store):
     assert "--tp-size" in steps  # what still fits
 
 
-def test_remedy_filter_is_by_the_settings_limit():
-    from forensics import signatures as sigs
-
-    rem = sigs.BY_ID["kv_pool_oom"].remedies
-    assert any("0.85" in r for r in sigs.fitting(rem, sigs.remedy_values({"mem_fraction": 0.8})))
-    assert not any(
-        "raise" in r for r in sigs.fitting(rem, sigs.remedy_values({"mem_fraction": 0.95}))
-    )
-    unknown = sigs.fitting(rem, sigs.remedy_values({}))  # not in the log: the generic phrase
-    assert any("+0.05 over the current value" in r for r in unknown)
-
-
 def test_disk_full_lists_no_configuration_differences(store):
     res = CliRunner().invoke(
         cli, ["--store", str(store), "diagnose", "sglang_fail_capture_disk_full", "--json"]
@@ -92,7 +80,29 @@ def test_disk_full_lists_no_configuration_differences(store):
     (rep,) = json.loads(res.output)
     assert rep["signature"] == "disk_full"
     assert rep["comparison"]["differences"] == []
+    assert rep["comparison"]["differs_from_all_that_worked"] == []
     assert not any("differs in" in s for s in rep["next_steps"])
+    if rep["comparison"]["closest"]:  # the closest run is named, none of its values
+        assert "=" not in rep["comparison"]["text"].split("(its configuration")[0]
+
+
+def test_config_differences_list_only_what_can_explain_the_cause(store):
+    """kv_pool_oom: memory, parallelism and the models explain it; speculative settings do
+    not (Signature.explaining)."""
+    from forensics import signatures as sigs
+    from forensics.diagnose import CONFIG_KEYS
+
+    keys = sigs.BY_ID["kv_pool_oom"].explaining(CONFIG_KEYS)
+    assert "mem_fraction" in keys and "topk" not in keys and "num_steps" not in keys
+    assert sigs.BY_ID["disk_full"].explaining(CONFIG_KEYS) == []
+    assert sigs.BY_ID["capture_failed"].explaining(CONFIG_KEYS) == CONFIG_KEYS
+    res = CliRunner().invoke(
+        cli, ["--store", str(store), "diagnose", "sglang_fail_load_kv_oom", "--json"]
+    )
+    (rep,) = json.loads(res.output)
+    cmp = rep["comparison"]
+    listed = {d["key"] for d in cmp["differences"] + cmp["differs_from_all_that_worked"]}
+    assert listed <= set(keys), listed
 
 
 def test_json_floats_carry_no_float32_noise(store):

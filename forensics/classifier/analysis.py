@@ -186,6 +186,7 @@ def analyze(
         last_ts=last_ts,
         mtime=mtime,
         config={k: row.get(k) for k in CLASSIFIER_COLUMNS} if row else {},
+        settings=sigs.run_settings(row, row.get("server_args"), log_path=path),
         served_lines=served_lines,
         stage_ranks=stage_ranks,
         first_server_line=min(owned) if owned else None,

@@ -50,6 +50,7 @@ class Analysis:
     capture_cause: str | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # signatures.run_settings: remedies
     served_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, rank), sorted
     stage_ranks: dict[int, str] = field(default_factory=dict)  # stage line -> rank tag
     first_server_line: int | None = None  # the server's first own (tagged) line

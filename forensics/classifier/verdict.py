@@ -17,13 +17,19 @@ NEXT_STEPS_OK = ["nothing failed; compare its tok/s with other runs: forensics r
 
 
 NEXT_STEPS_HUNG_STAGE = {
-    "load": "the log stops during loading: check the host is still loading (nvidia-smi memory "
-    "grows, disk reads) or stuck on the network/filesystem; check the GPUs are free",
-    "capture": "the log stops during CUDA-graph capture: a stuck capture usually means a "
-    "deadlock between ranks or a kernel that never returns; retry with --cuda-graph-max-bs 16 (--cuda-graph-max-bs-decode on SGLang >= 0.5.14) "
-    "or --disable-cuda-graph to confirm",
-    "runtime": "the server stopped making progress while serving",
-    "pre-exec": "the server printed nothing after it was started",
+    "load": (
+        "the log stops during loading: check the host is still loading (nvidia-smi memory "
+        "grows, disk reads) or stuck on the network/filesystem; check the GPUs are free",
+    ),
+    "capture": (
+        "the log stops during CUDA-graph capture: a stuck capture usually means a deadlock "
+        "between ranks or a kernel that never returns",
+        "retry with a smaller --cuda-graph-max-bs (e.g. {graph_bs_down}; "
+        "--cuda-graph-max-bs-decode on SGLang >= 0.5.14)",
+        "confirm with --disable-cuda-graph",
+    ),
+    "runtime": ("the server stopped making progress while serving",),
+    "pre-exec": ("the server printed nothing after it was started",),
 }
 
 
@@ -62,8 +68,10 @@ class Verdict:
 
 def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
     """One-line explanation and next steps, each about the evidence the verdict cites."""
-    cfg = a.config or {}
-    values = sigs.remedy_values(cfg)  # None: the remedy's setting is at its limit already
+
+    def fit(remedies) -> list[str]:
+        return sigs.fit(remedies, a.settings)  # fitted to the run's own values
+
     sid = a.signature
     sig = sigs.BY_ID.get(sid or "")
     steps: list[str] = []
@@ -72,7 +80,7 @@ def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
         text = "cleanup: the GPUs are held: " + "; ".join(f["message"] for f in a.host_findings[:4])
         if pids:
             steps.append(f"kill {' '.join(pids)} (kill -9 if they stay), then check nvidia-smi")
-        return text, steps + [sigs.render(r, **values) for r in sig.remedies]
+        return text, steps + fit(sig.remedies)
     if phase == "ok":
         noise = sorted({e.noise for e in a.errors if e.noise})
         text = "the server reached ready" + (
@@ -101,11 +109,10 @@ def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
             c = next((c for c in sigs.CAPTURE_CAUSES if c["id"] == a.capture_cause), None)
             cause_txt = c["explanation"] if c else "see the error"
             if c:
-                steps += sigs.fitting(c["remedies"], values)
-        known = {k: v for k, v in values.items() if v is not None}
-        text = sigs.render(sig.explanation, cause=cause_txt, killer=killer, **known)
+                steps += fit(c["remedies"])
+        text = sigs.render(sig.explanation, cause=cause_txt, killer=killer)
         if not sig.causes:
-            steps += sigs.fitting(sig.remedies, values)
+            steps += fit(sig.remedies)
     elif sid and sid.startswith("unknown:") and a.cause is not None:
         text = f"{phase}: an error no catalog entry knows: {_unknown_text(a.cause)[:160]}"
         steps.append(
@@ -115,7 +122,7 @@ def explain(a: Analysis, phase: str, hung: bool) -> tuple[str, list[str]]:
     elif hung:
         last = a.stages[-1][0] if a.stages else "start"
         text = f"the log stops after `{last}` with no error: it hung (or was killed) during {phase}"
-        steps.append(NEXT_STEPS_HUNG_STAGE.get(phase, ""))
+        steps += fit(NEXT_STEPS_HUNG_STAGE.get(phase, ()))
     else:
         text = f"stopped during {phase} without an error in the log"
         steps.append("look at the host (dmesg, nvidia-smi) for what stopped it")

@@ -53,11 +53,15 @@ def _worked(df: pl.DataFrame) -> pl.DataFrame:
     return df.filter(pl.col("phase") == "ok")
 
 
-def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
+def compare(
+    store, run: dict[str, Any], table: pl.DataFrame, keys: list[str] | None = None
+) -> dict[str, Any]:
     """The closest successful run of a similar configuration, and how the configs differ.
 
     Only runs of the same experiment (forensics.experiment) are compared; when none of them
-    worked, the closest of another experiment is named with a warning (``warning``)."""
+    worked, the closest of another experiment is named with a warning (``warning``). ``keys``:
+    the config columns whose differences are listed (those that can explain the failure,
+    ``Signature.explaining``; None: every compared column); the closest run is chosen on all."""
     ok = _worked(table).filter(pl.col("run_id") != run["run_id"])
     warning = None
     exp = run.get("experiment")
@@ -74,21 +78,24 @@ def compare(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
         return {"closest": None, "differences": [], "text": "no successful run to compare with"}
     mine = _cfg(run)
     best = _closest(ok, mine)
+    listed = CONFIG_KEYS if keys is None else [k for k in CONFIG_KEYS if k in keys]
     diffs = [
         {"key": k, "this": mine.get(k), "worked": best.get(k)}
-        for k in CONFIG_KEYS
+        for k in listed
         if mine.get(k) != best.get(k) and not (mine.get(k) is None and best.get(k) is None)
     ]
     # values every successful run shares but this one does not
     common = [
         {"key": k, "this": mine.get(k), "all_worked": best.get(k)}
-        for k in CONFIG_KEYS
+        for k in listed
         if mine.get(k) is not None
         and best.get(k) != mine.get(k)
         and (k not in ok.columns or ok[k].n_unique() == 1)
     ]
     ready = best.get("ready_s")
-    what = ", ".join(f"{d['key']}={d['worked']}" for d in diffs[:3]) or "the same config"
+    what = ", ".join(f"{d['key']}={d['worked']}" for d in diffs[:3]) or (
+        "the same config" if keys is None else "no difference that can explain it"
+    )
     text = f"{best['name']} ({what})"
     if ready is not None:
         text += f" reached ready in {_fmt_s(ready)}"

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from forensics import signatures as sigs
-from forensics.diagnose.compare import _cfg, _fmt_s, compare
+from forensics.diagnose.compare import CONFIG_KEYS, _cfg, _fmt_s, compare
 from forensics.runs import stage_timeline
 
 
@@ -25,6 +25,17 @@ def _timeline_text(tl: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]
     return tl, text
 
 
+def _server_args(store, run: dict[str, Any]) -> str | None:
+    """The run's stored server_args line (JSON), which runs_table leaves out."""
+    runs = store.table("runs")
+    if runs.is_empty() or "server_args" not in runs.columns:
+        return None
+    hit = runs.filter(
+        (pl.col("source_id") == run["source_id"]) & (pl.col("run_index") == run["run_index"])
+    )
+    return hit["server_args"][-1] if not hit.is_empty() else None
+
+
 def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any]:
     from forensics.verdicts import explained
 
@@ -36,20 +47,21 @@ def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any
         for e in v.evidence
     ]
     tl, tl_text = _timeline_text(stage_timeline(store, run["source_id"], int(run["run_index"])))
+    sig = sigs.BY_ID.get(v.signature or "")
+    keys = sig.explaining(CONFIG_KEYS) if sig is not None else None
     cmp = (
-        compare(store, run, table)
+        compare(store, run, table, keys)
         if v.phase != "ok"
         else {"closest": None, "differences": [], "text": ""}
     )
-    sig = sigs.BY_ID.get(v.signature or "")
-    if sig is not None and not sig.config_matters and cmp.get("differences"):
-        cmp = {
-            **cmp,
-            "differences": [],
-            "text": f"{cmp.get('text', '')} (its configuration differences are left out: "
-            f"{sig.id} comes from the host, not the configuration)",
-        }
-    steps = list(v.next_steps)
+    if sig is not None and not sig.config_matters and cmp.get("closest"):
+        cmp["text"] += (
+            f" (its configuration differences are left out: {sig.id} comes from the host, not "
+            "the configuration)"
+        )
+    # a verdict stored by an older version is fitted again (fit is idempotent)
+    settings = sigs.run_settings(run, _server_args(store, run), log_path=path or None)
+    steps = sigs.fit(v.next_steps, settings)
     if cmp.get("differences") and v.phase != "ok":
         d = ", ".join(f"{x['key']} {x['this']} → {x['worked']}" for x in cmp["differences"][:3])
         steps.append(f"the closest run that worked differs in: {d}")

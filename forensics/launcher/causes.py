@@ -379,11 +379,12 @@ def match_log(text: str) -> dict[str, Any] | None:
         if isinstance(cause, dict) and cause.get("explanation"):
             values["cause"] = cause["explanation"]
             remedies = list(cause.get("remedies") or []) + remedies
+        fitted = signatures.fit(remedies, signatures.settings_from_text(text, log_path="log"))
         return {
             "id": sig.id,
             "phase": sig.phase,
             "explanation": signatures.render(sig.explanation, **values),
-            "fix": signatures.render(remedies[0]) if remedies else None,
+            "fix": fitted[0] if fitted else None,
             "line": line,
         }
     return None

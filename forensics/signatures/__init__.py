@@ -39,11 +39,12 @@ from forensics.signatures.proof import (
     serving_proof,
 )
 from forensics.signatures.remedies import (
-    REMEDY_SETTINGS,
+    SETTINGS,
     catalog_rows,
-    fitting,
-    remedy_values,
+    fit,
     render,
+    run_settings,
+    settings_from_text,
 )
 from forensics.signatures.template import template, unknown_id
 
@@ -75,9 +76,10 @@ __all__ = [
     "best",
     "template",
     "unknown_id",
-    "REMEDY_SETTINGS",
-    "remedy_values",
-    "fitting",
+    "SETTINGS",
+    "run_settings",
+    "settings_from_text",
+    "fit",
     "render",
     "catalog_rows",
 ]

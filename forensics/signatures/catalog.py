@@ -47,8 +47,11 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "SGLang rejected the combination of server arguments while validating "
         "them (ServerArgs), before anything was loaded",
         "remedies": [
-            "change the conflicting flags the message names (e.g. --speculative-eagle-topk 1, "
-            "or --page-size 1, or another --attention-backend)",
+            "change the conflicting flags the message names",
+            "e.g. --speculative-eagle-topk 1 (a chain draft: num_draft_tokens becomes "
+            "num_steps + 1)",
+            "e.g. --page-size 1",
+            "e.g. another --attention-backend ({attn_other})",
         ],
     },
     {
@@ -94,7 +97,8 @@ CATALOG: list[dict[str, Any]] = [
         "the log's folder does not exist",
         "remedies": [
             "use the full path of the python that has sglang installed "
-            "(e.g. /opt/venv/bin/python3) and create the log folder (mkdir -p) before launching",
+            "(e.g. /opt/venv/bin/python3)",
+            "create the log folder (mkdir -p) before launching",
         ],
     },
     {
@@ -112,6 +116,7 @@ CATALOG: list[dict[str, Any]] = [
         ],
         "phase": "pre-exec",
         "priority": 84,
+        "config_keys": ("model_path", "draft_model_path"),  # what can explain it (compare)
         "explanation": "the model (or draft model) path given to the server does not exist or "
         "is not a model folder",
         "remedies": [
@@ -172,11 +177,18 @@ CATALOG: list[dict[str, Any]] = [
         "phase": "load",
         "priority": 82,
         "holders_explain": True,  # GPU holders (host evidence) explain it
+        "config_keys": (
+            "mem_fraction",
+            "tp_size",
+            "model_path",
+            "draft_model_path",
+        ),  # what can explain it (compare)
         "explanation": "after loading the weights there was not enough GPU memory left for "
         "the KV cache pool (--mem-fraction-static too low for this model and tp size)",
         "remedies": [
             "raise --mem-fraction-static (e.g. {mem_up})",
-            "spread the model over more GPUs (--tp-size), or lower --context-length",
+            "spread the model over more GPUs (--tp-size)",
+            "lower --context-length (e.g. {context_down})",
         ],
     },
     {
@@ -219,10 +231,16 @@ CATALOG: list[dict[str, Any]] = [
         "refine_frames": [
             (r"init_memory_pool|profile_max_num_token|init_kv_cache|memory_pool", "kv_pool_oom")
         ],
+        "config_keys": (
+            "tp_size",
+            "model_path",
+            "draft_model_path",
+        ),  # what can explain it (compare)
         "explanation": "the GPU ran out of memory while loading the model weights",
         "remedies": [
-            "use more GPUs (--tp-size), a quantized checkpoint, or free GPU memory held by "
-            "other processes; --mem-fraction-static does not help at this stage",
+            "use more GPUs (--tp-size)",
+            "use a quantized checkpoint, or free GPU memory held by other processes; "
+            "mem_fraction_static does not help at this stage",
         ],
     },
     {
@@ -239,8 +257,8 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "a collective operation between GPUs did not finish in time: one rank "
         "stalled or died, and the others waited for it",
         "remedies": [
-            "look for the rank that failed first (its own traceback above); for slow startups "
-            "raise --dist-timeout (e.g. --dist-timeout 3600)",
+            "look for the rank that failed first (its own traceback above)",
+            "for slow startups raise --dist-timeout (e.g. {dist_up})",
         ],
     },
     {
@@ -256,7 +274,8 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "NCCL (the GPU-to-GPU communication library) failed",
         "remedies": [
             "rerun with NCCL_DEBUG=INFO to see which rank and transport failed; check that no "
-            "other job uses the GPUs, and try NCCL_P2P_DISABLE=1 or --disable-custom-all-reduce",
+            "other job uses the GPUs, and try NCCL_P2P_DISABLE=1",
+            "try --disable-custom-all-reduce",
         ],
     },
     {
@@ -273,9 +292,10 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "a GPU kernel read or wrote outside its memory (a kernel bug, often in "
         "the attention backend or a speculative-decoding path)",
         "remedies": [
-            "try another --attention-backend (e.g. fa3 or triton), or smaller speculative "
-            "settings (--speculative-eagle-topk 1); rerun with CUDA_LAUNCH_BLOCKING=1 to find "
-            "the kernel",
+            "try another --attention-backend (e.g. {attn_other})",
+            "try smaller speculative settings: --speculative-eagle-topk 1",
+            "rule out the prefix cache: --disable-radix-cache",
+            "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel",
         ],
     },
     {
@@ -288,6 +308,11 @@ CATALOG: list[dict[str, Any]] = [
         "phase": "runtime",
         "priority": 75,
         "refine": {"capture": "capture_failed"},
+        "config_keys": (
+            "model_path",
+            "draft_model_path",
+            "spec_algorithm",
+        ),  # what can explain it (compare)
         "explanation": "a GPU kernel's assertion failed (usually an out-of-range index, e.g. a "
         "token id outside the vocabulary or a draft/target vocabulary mismatch)",
         "remedies": [
@@ -304,8 +329,9 @@ CATALOG: list[dict[str, Any]] = [
         "explanation": "the scheduler stopped making progress on a running batch for "
         "--watchdog-timeout seconds, so the watchdog killed the server",
         "remedies": [
-            "look at the stack dump before it for where it hung; if the step is only slow "
-            "(huge batch, first compile), raise --watchdog-timeout (e.g. 600)",
+            "look at the stack dump before it for where it hung",
+            "if the step is only slow (huge batch, first compile), raise --watchdog-timeout "
+            "(e.g. {watchdog_up})",
         ],
     },
     {
@@ -363,10 +389,22 @@ CATALOG: list[dict[str, Any]] = [
         "priority": 70,
         "holders_explain": True,
         "refine": {"load": "weight_load_oom", "capture": "capture_failed"},
+        "config_keys": (
+            "mem_fraction",
+            "cuda_graph_max_bs",
+            "tp_size",
+            "model_path",
+            "draft_model_path",
+            "num_draft_tokens",
+            "topk",
+        ),  # what can explain it (compare)
         "explanation": "the GPU ran out of memory",
         "remedies": [
-            "lower --mem-fraction-static (e.g. {mem_down}) to leave room for activations, "
-            "or lower --max-running-requests / --cuda-graph-max-bs (-decode on SGLang >= 0.5.14)",
+            "lower --mem-fraction-static (e.g. {mem_down}) to leave room for activations",
+            "lower --max-running-requests (e.g. {running_down})",
+            "lower --chunked-prefill-size (e.g. {chunk_down}): smaller prefill activations",
+            "lower --cuda-graph-max-bs (e.g. {graph_bs_down}; --cuda-graph-max-bs-decode on "
+            "SGLang >= 0.5.14)",
         ],
     },
     {

@@ -12,7 +12,8 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
         "explanation": "out of GPU memory while capturing",
         "remedies": [
             "lower --mem-fraction-static (e.g. {mem_down}) to leave room for the graphs",
-            "or lower --cuda-graph-max-bs (e.g. 16; --cuda-graph-max-bs-decode on SGLang >= 0.5.14)",
+            "lower --cuda-graph-max-bs (e.g. {graph_bs_down}; --cuda-graph-max-bs-decode on "
+            "SGLang >= 0.5.14)",
         ],
     },
     {
@@ -26,8 +27,9 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
         "explanation": "an operation that is not allowed inside a CUDA graph (a host sync or "
         "allocation) ran during capture and invalidated it",
         "remedies": [
-            "a kernel or model path does not support CUDA graphs with these settings; try "
-            "another --attention-backend, or --disable-cuda-graph to confirm (slower)",
+            "a kernel or model path does not support CUDA graphs with these settings: try "
+            "another --attention-backend (e.g. {attn_other})",
+            "confirm with --disable-cuda-graph (slower)",
         ],
     },
     {
@@ -35,8 +37,9 @@ CAPTURE_CAUSES: list[dict[str, Any]] = [
         "patterns": [r"illegal memory access", r"cudaErrorIllegalAddress", r"ILLEGAL_ADDRESS"],
         "explanation": "a kernel accessed invalid memory while capturing",
         "remedies": [
-            "try another --attention-backend or smaller --cuda-graph-max-bs(-decode); rerun with "
-            "CUDA_LAUNCH_BLOCKING=1",
+            "try another --attention-backend (e.g. {attn_other})",
+            "try a smaller --cuda-graph-max-bs (e.g. {graph_bs_down}; -decode on SGLang >= 0.5.14)",
+            "rerun with CUDA_LAUNCH_BLOCKING=1",
         ],
     },
     {

@@ -25,6 +25,7 @@ class Signature:
     # patterns that count only when the traceback's frames match ``frames`` (optional or not)
     framed: tuple[re.Pattern[str], ...] = ()
     config_matters: bool = True  # False: configuration differences do not explain it
+    config_keys: tuple[str, ...] | None = None  # the config columns that can explain it (None: all)
     host_evidence: bool = False  # the signature GPU-holder evidence (nvidia-smi, fuser, ps) gives
     holders_explain: bool = False  # GPU holders shown by host evidence explain it
     refine: tuple[tuple[str, str], ...] = ()  # (settled phase, finer signature)
@@ -33,6 +34,12 @@ class Signature:
     causes: bool = False  # its text names a cause inside (CAPTURE_CAUSES)
     raised_not_hung: bool = False  # hung, unless a traceback shows it raised
     reads_exit_code: bool = False  # the log's exit code says what killed it
+
+    def explaining(self, keys: list[str]) -> list[str]:
+        """Of the configuration columns ``keys``, those whose difference can explain it."""
+        if not self.config_matters:
+            return []
+        return [k for k in keys if self.config_keys is None or k in self.config_keys]
 
 
 @dataclass
@@ -61,6 +68,7 @@ def _compile() -> list[Signature]:
                 phase_from=e.get("phase_from", "frames"),
                 framed=tuple(re.compile(p, re.M) for p in e.get("framed_patterns", ())),
                 config_matters=e.get("config_matters", True),
+                config_keys=tuple(e["config_keys"]) if "config_keys" in e else None,
                 host_evidence=e.get("host_evidence", False),
                 holders_explain=e.get("holders_explain", False),
                 refine=tuple(e.get("refine", {}).items()),
