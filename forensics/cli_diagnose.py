@@ -60,6 +60,9 @@ def _expand_globs(paths: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+NO_PHASE = "not an SGLang log"  # shown for a verdict with no phase (docs/diagnose.md)
+
+
 @click.group("classify", cls=_FilesByDefault)
 def classify_group() -> None:
     """Classify logs without ingesting them: phase, hung, signature, evidence.
@@ -112,7 +115,7 @@ def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) ->
         for v in out:
             hung = " (hung)" if v["hung"] else ""
             click.echo(
-                f"{v['path']}#{v['run_index'] + 1}: {v['phase']}{hung}  "  # 1-based, as `runs`
+                f"{v['path']}#{v['run_index'] + 1}: {v['phase'] or NO_PHASE}{hung}  "  # 1-based
                 f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
             )
             click.echo(f"  {v['explanation']}")

@@ -36,10 +36,13 @@ COLUMNS = {
 }
 
 
-def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
+def refresh(
+    store: Store, source_ids: Iterable[str] | None = None, *, unplaced: set[str] | None = None
+) -> int:
     """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
     (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
-    runs were classified."""
+    runs were classified; ``unplaced`` collects the source ids of texts that are no SGLang log
+    at all (a verdict with no phase: ingest warns about them)."""
     from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
     from forensics.runs import base_runs
 
@@ -54,6 +57,8 @@ def refresh(store: Store, source_ids: Iterable[str] | None = None) -> int:
     rows = []
     for rid, sid, ri in runs.select("run_id", "source_id", "run_index").iter_rows():
         v = classify_stored(store, sid, int(ri), model)
+        if v.phase is None and unplaced is not None:
+            unplaced.add(sid)
         rows.append(
             {
                 "run_id": rid,

@@ -192,17 +192,18 @@ def analyze(
         first_server_line=min(owned) if owned else None,
         proof_lines=proof,
         harness_end=next((li for li, _, t in lines if sigs.HARNESS_END.search(t.strip())), None),
-        foreign=None
-        if any(st == "server_args" for st, _, _ in stages)
-        else sigs.foreign_log(
+    )
+    if not stages and not served_lines:
+        a.host_findings = host_evidence(lines)
+    if not any(st == "server_args" for st, _, _ in stages):
+        a.foreign = sigs.foreign_log(
             (t for _, _, t in lines),
             sglang=bool(stages or served_lines or any(e.hits for e in errors)),
-        ),
-    )
+            blocked=bool(a.host_findings or any(e.exc_type for e in errors)),
+            known=sum(k != "unknown" for _, k, _ in lines),  # lines of a kind the parser knows
+        )
     a.other_tail = _other_tail(ln, stages, served_lines, errors)
     for e in a.errors:
         e.routine = _routine(a, e)
-    if not stages and not served_lines:
-        a.host_findings = host_evidence(lines)
     _decide(a)
     return a

@@ -170,7 +170,7 @@ def _decide(a: Analysis) -> None:
     if a.host_findings and (cause is None or sig is None or sig.holders_explain):
         # a paste of nvidia-smi / fuser / ps: GPUs held by processes, not a server's log
         a.cause, a.hit, a.rule_phase, a.rule_hung = None, None, "cleanup", False
-        a.basis = "foreign" if a.foreign else "evidence"
+        a.basis = sigs.FOREIGN_BASIS[a.foreign] if a.foreign else "evidence"
         a.decided, a.signature = True, sigs.HOST_EVIDENCE.id
         a.evidence = [
             {"line": f["line"], "text": f["text"].strip()[:300], "pid": f["pid"]}
@@ -179,7 +179,8 @@ def _decide(a: Analysis) -> None:
         return
     phase, hung, basis = _place_without_cause(a) if cause is None else _place_cause(a, cause, sig)
     a.rule_phase, a.rule_hung = phase, hung
-    a.basis = "foreign" if a.foreign else (basis or "none")  # another server's log: none places it
+    # another server's log, or no log at all (signatures.NOT_SGLANG's basis): none places it
+    a.basis = sigs.FOREIGN_BASIS[a.foreign] if a.foreign else (basis or "none")
     a.decided = a.basis in DECIDING
     a.signature = _signature(a, sig, cause, phase, hung)
     a.evidence = _evidence(a)
@@ -201,7 +202,10 @@ BASIS_CONFIDENCE: dict[str, float] = {
     "weak": 0.45,
     "none": 0.35,  # nothing places it: the likeliest phase
     "foreign": 0.3,  # not an SGLang server log (signatures.NOT_SGLANG)
+    "not_sglang": 0.9,  # no line of SGLang's nor of a launch: sure it is no log, no phase
 }
+# Bases that place no phase at all: the verdict's phase is None (no model guess).
+UNPLACED = ("not_sglang",)
 
 
 DECIDING = ("served_end", "served", "signature", "frames", "stage", "evidence")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics import signatures as sigs
-from forensics.classifier.decide import BASIS_CONFIDENCE, _refine, _unknown_text
+from forensics.classifier.decide import BASIS_CONFIDENCE, UNPLACED, _refine, _unknown_text
 from forensics.classifier.features import features
 from forensics.classifier.model import Model
 from forensics.classifier.phases import PHASES, _later
@@ -150,6 +150,9 @@ SETTLE = {
     "before it say whether it was capture, warm-up or serving",
     "foreign": "this is not an SGLang server log (signatures.NOT_SGLANG); forensics reads "
     "SGLang's logs: give the SGLang server's own log",
+    "not_sglang": "give the SGLang server's own log (the file its stdout and stderr went to); a "
+    "launch that failed before the server printed anything leaves an empty log, or one with "
+    "the shell's or python's error",
     "stopped_then_text": "the server's own lines stop and another program's text follows: "
     "what stopped it is on the host (dmesg, the launcher's journal: `forensics diagnose NAME "
     "--relaunch`)",
@@ -158,9 +161,34 @@ SETTLE = {
 }
 
 
+def unplaced(a: Analysis) -> Verdict:
+    """The outcome of a text that is no SGLang log at all (an UNPLACED basis): no phase."""
+    what = next(n["what"] for n in sigs.NOT_SGLANG if n["id"] == a.foreign)
+    return Verdict(
+        path=a.path,
+        run_index=a.run_index,
+        phase=None,  # type: ignore[arg-type] - no phase: nothing of a launch to place
+        hung=False,
+        signature=NOT_SGLANG_SIGNATURE,
+        confidence=BASIS_CONFIDENCE[a.basis],
+        evidence=[],
+        explanation=f"not an SGLang server log: {what}",
+        next_steps=[SETTLE[a.basis]],
+        decided=False,
+        basis=a.basis,
+        settle=[SETTLE[a.basis]],
+    )
+
+
+NOT_SGLANG_SIGNATURE = "not_sglang"
+
+
 def verdict(a: Analysis, model: Model | None, *, p: list[float] | None = None) -> Verdict:
     """The verdict of one run: the rules' phase when the text decides it (logic before
-    statistics), else the likeliest phase no earlier than what the log proves, undecided."""
+    statistics), else the likeliest phase no earlier than what the log proves, undecided;
+    no phase for a text that is no SGLang log at all (UNPLACED)."""
+    if a.basis in UNPLACED:
+        return unplaced(a)
     mphase = None
     if a.decided and a.rule_phase in PHASES:
         phase, conf = a.rule_phase, BASIS_CONFIDENCE[a.basis]

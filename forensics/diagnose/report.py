@@ -49,9 +49,10 @@ def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any
     tl, tl_text = _timeline_text(stage_timeline(store, run["source_id"], int(run["run_index"])))
     sig = sigs.BY_ID.get(v.signature or "")
     keys = sig.explaining(CONFIG_KEYS) if sig is not None else None
+    failed = v.phase not in ("ok", None)  # None: no SGLang log, nothing to compare or relaunch
     cmp = (
         compare(store, run, table, keys)
-        if v.phase != "ok"
+        if failed
         else {"closest": None, "differences": [], "text": ""}
     )
     if sig is not None and not sig.config_matters and cmp.get("closest"):
@@ -62,10 +63,10 @@ def run_report(store, run: dict[str, Any], table: pl.DataFrame) -> dict[str, Any
     # a verdict stored by an older version is fitted again (fit is idempotent)
     settings = sigs.run_settings(run, _server_args(store, run), log_path=path or None)
     steps = sigs.fit(v.next_steps, settings)
-    if cmp.get("differences") and v.phase != "ok":
+    if cmp.get("differences") and failed:
         d = ", ".join(f"{x['key']} {x['this']} → {x['worked']}" for x in cmp["differences"][:3])
         steps.append(f"the closest run that worked differs in: {d}")
-    if v.phase != "ok":
+    if failed:
         steps.append(
             f"to collect evidence on a fresh attempt: forensics diagnose {run['name']} --relaunch"
         )
@@ -129,7 +130,8 @@ def render_text(rep: dict[str, Any]) -> str:
     out = []
     hung = " (hung)" if rep.get("hung") else ""
     out.append(
-        f"{rep['name']}: phase {rep['phase']}{hung}, signature {rep.get('signature') or '—'}"
+        f"{rep['name']}: phase {rep['phase'] or '— (not an SGLang log)'}{hung}, "
+        f"signature {rep.get('signature') or '—'}"
         f" (confidence {rep.get('confidence', 0):.2f})"
     )
     if rep.get("path"):

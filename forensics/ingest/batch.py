@@ -22,6 +22,14 @@ BATCH_SECONDS = 5.0  # ... or seconds of work, whichever comes first ...
 COMMIT_SHARE = 0.1  # ... but commits (a manifest rewrite, O(sources)) take at most ~10 %
 
 
+# A file with no line of SGLang's nor of a launch (signatures.NOT_SGLANG's ``every`` row) is
+# stored (a launch's log it may still be, and the user asked for it) and named in a warning.
+NOT_SGLANG_WARNING = (
+    "no line of SGLang's nor of a launch (not an SGLang server log): stored as an "
+    "unrecognised run, with no phase (`forensics runs` shows —, signature not_sglang)"
+)
+
+
 def ingest(
     store: Store,
     inputs: list[str],
@@ -50,7 +58,11 @@ def ingest(
         if changed:
             from forensics.verdicts import refresh
 
-            refresh(store, changed)
+            unplaced: set[str] = set()
+            refresh(store, changed, unplaced=unplaced)
+            summary.warnings += [
+                f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
+            ]
     except KeyboardInterrupt:
         summary.interrupted = True
         # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from forensics.signatures.catalog import CATALOG, PHASES
 from forensics.signatures.causes import CAPTURE_CAUSES
-from forensics.signatures.foreign import NOT_SGLANG, foreign_log, other_program
+from forensics.signatures.foreign import (
+    BASIS as FOREIGN_BASIS,
+)
+from forensics.signatures.foreign import (
+    LAUNCH_TEXT,
+    NOT_SGLANG,
+    foreign_log,
+    other_program,
+)
 from forensics.signatures.match import (
     BY_ID,
     FRAME_RX,
@@ -61,6 +69,8 @@ __all__ = [
     "serving_proof",
     "CONSEQUENCES",
     "NOT_SGLANG",
+    "FOREIGN_BASIS",
+    "LAUNCH_TEXT",
     "foreign_log",
     "other_program",
     "Signature",
