@@ -108,7 +108,11 @@ LAUNCH_TEXT: list[tuple[str, str, bool]] = [
         r"Successfully installed|Looking in indexes)",
         False,
     ),
-    ("sglang", r"\b[Ss][Gg][Ll]ang\b|\bSGLANG\b", False),  # a wrapper's banner, the launch command echoed
+    (
+        "sglang",
+        r"\b[Ss][Gg][Ll]ang\b|\bSGLANG\b",
+        False,
+    ),  # a wrapper's banner, the launch command echoed
     ("nvidia_smi", r"NVIDIA-SMI \d|No running processes found|^\s*(?:index|pid), ", True),
     ("fuser", r"^/dev/nvidia[\w-]*:", True),
     ("ps", r"^\s*(?:USER\s+)?PID\s+(?:PPID|TTY|USER|%CPU)\b", True),
