@@ -40,7 +40,7 @@ class CommandError(click.ClickException):
         self.exit_code = exc.exit_code
 
     def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
-        click.echo(f"Error: {self.message}", err=True)
+        click.echo(f"Error: {redact_url(self.message)}", err=True)
 
 
 class OrderedGroup(click.Group):

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from forensics.urls import redact_url
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -114,13 +116,14 @@ def json_text(data: Any, *, rounded: bool = False) -> str:
 
     ready = data if rounded else json_ready(data)
     try:
-        return orjson.dumps(
+        text = orjson.dumps(
             ready,
             default=json_default,
             option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME,
         ).decode()
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
+        text = json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
+    return redact_url(text)  # an output boundary: no URL password is ever printed
 
 
 def echo_json(data: Any, *, rounded: bool = False) -> None:
@@ -152,7 +155,7 @@ def emit_frame(
     if fmt == "json":
         echo_json(frame_rows(df), rounded=True)
     elif fmt == "csv":
-        sys.stdout.write(df.write_csv())
+        sys.stdout.write(redact_url(df.write_csv()))
     else:
         print_table(df, title=title, keep=keep)
 
@@ -166,7 +169,7 @@ def fmt_cell(value: Any) -> str:
         return f"{value:.2f}"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return redact_url(str(value))
 
 
 def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, ...] = ()) -> None:

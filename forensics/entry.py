@@ -9,8 +9,13 @@ own handler is back and ``forensics.cli.main`` handles the interrupt as it alway
 the files finished, say so); whatever escapes it is one line too. Only the interpreter's own
 start-up, before this module runs, is outside forensics' reach.
 
-Importing this module takes over SIGINT: only the entry point imports it (forensics/__main__.py
-and the ``forensics`` script); code and tests call ``forensics.cli.main``.
+SIGTERM (``kill``, a job scheduler's cancel, ``timeout``) and SIGHUP (the terminal closed) are
+handled exactly as a Ctrl-C (``INTERRUPT_SIGNALS``): the command commits what it finished,
+leaves the store consistent, says ``Interrupted.`` and exits 130. Python's default for them
+ended the process on the spot, mid-write (issue 14, round three).
+
+Importing this module takes over these signals: only the entry point imports it
+(forensics/__main__.py and the ``forensics`` script); code and tests call ``forensics.cli.main``.
 """
 
 import signal
@@ -26,7 +31,18 @@ def _while_importing(signum: int, frame: object) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-signal.signal(signal.SIGINT, _while_importing)
+# the signals that interrupt a command the way Ctrl-C does (docs/exit-codes.md)
+INTERRUPT_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+def _handle_interrupts(handler: object) -> None:
+    for sig in INTERRUPT_SIGNALS:
+        signal.signal(sig, handler)
+
+
+_handle_interrupts(_while_importing)
 
 
 # One Ctrl-C is one KeyboardInterrupt: a second delivery of the same signal (polars' threads
@@ -51,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from forensics.cli import main as cli_main
 
-        signal.signal(signal.SIGINT, _interrupt_once)
+        _handle_interrupts(_interrupt_once)
         cli_main(argv)
     except KeyboardInterrupt:
         # before forensics.cli.main's handling, or escaping it (a second KeyboardInterrupt of
@@ -66,7 +82,7 @@ def _interrupted(*, say: bool) -> None:
     import sys
 
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a further Ctrl-C while we exit
+        _handle_interrupts(signal.SIG_IGN)  # a further Ctrl-C (or SIGTERM) while we exit
         if say:
             sys.stderr.write(_SAID.decode())
             sys.stderr.flush()

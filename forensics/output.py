@@ -9,8 +9,10 @@ What the target is decides how it is written (the table below, ``TARGET_KINDS``)
   a FIFO nobody reads is refused at once instead of blocking;
 * anything else (a folder, a socket, a block device): refused.
 
-A symlink is followed: its target is what gets written. Errors are ``UsageError`` (exit 2)
-naming the path, the cause and a fix.
+A symlink is followed: its target is what gets written (a device or FIFO through the link
+itself, so ``/dev/stdout`` works when it is a pipe). Nothing inside forensics' home (the store
+folder) is ever an output: that would replace the manifest or a part. Errors are
+``UsageError`` (exit 2) naming the path, the cause and a fix.
 """
 
 from __future__ import annotations
@@ -65,9 +67,13 @@ def check_out_path(path: str | Path) -> Path:
     """--out must name a file in an existing folder (not a folder, not under a file), or a
     character device / FIFO. Returns the path to write (a symlink's target)."""
     path = Path(path)
-    if path.is_symlink():
+    kind = target_kind(path)  # what the path leads to (symlinks followed)
+    if path.is_symlink() and TARGET_KINDS[kind] != "in_place":
+        # a file is replaced at its real place, never the link; a device or FIFO is opened
+        # through the link itself (``/dev/stdout`` resolves to ``pipe:[…]``, not a path)
         path = Path(os.path.realpath(path))
-    kind = target_kind(path)
+        kind = target_kind(path)
+    _outside_home(path)
     if kind == "directory":
         raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'forensics.html'}")
     if TARGET_KINDS[kind] is None:
@@ -89,6 +95,24 @@ def check_out_path(path: str | Path) -> Path:
     if not parent.is_dir():
         raise UsageError(f"{parent}: is a file, not a folder", hint="pick another --out")
     return path
+
+
+def _outside_home(path: Path) -> None:
+    """forensics' home (the store: manifest.json, tables/, models/, known_hosts …) is written
+    only by forensics: an output there could replace the manifest or a part (``report -o
+    $FORENSICS_HOME/manifest.json`` turned the store into an HTML page)."""
+    from forensics.home import home
+
+    try:
+        real = Path(os.path.realpath(path))
+        root = Path(os.path.realpath(home()))
+    except (OSError, ValueError):
+        return  # the path's own checks say what is wrong with it
+    if real == root or root in real.parents:
+        raise UsageError(
+            f"{path}: is inside forensics' store folder {root} (its files are the store's)",
+            hint="write the output somewhere else",
+        )
 
 
 def write_output(path: str | Path, data: bytes | str, *, what: str = "the output") -> Path:

@@ -12,21 +12,42 @@ import re
 
 MASK = "***"
 
-# scheme://user:password@  (the password is everything up to the last @ before the host)
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):(?P<pw>[^\s/]*)@")
-_SECRET_QUERY = re.compile(
-    r"(?P<head>[?&](?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth)[A-Za-z0-9_.-]*)=)"
-    r"(?P<value>[^&#\s]+)",
-    re.I,
-)
+# (name, pattern, replacement): every credential form a URL or an address can carry, in order.
+URL_SECRETS: list[tuple[str, re.Pattern[str], str]] = [
+    # scheme://user:password@ (the password is everything up to the last @ before the host)
+    (
+        "userinfo",
+        re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):(?P<pw>[^\s/]*)@"),
+        rf"\g<head>:{MASK}@",
+    ),
+    # an SSH-style address without a scheme: user:password@host (hosts check u:pw@h, ssh errors)
+    (
+        "address_password",
+        re.compile(
+            r"(?P<head>(?<![\w/:@.%*-])[A-Za-z0-9._~-]+):(?![*]{3}@)[^\s/@:'\"]+@(?=[\w\[])"
+        ),
+        rf"\g<head>:{MASK}@",
+    ),
+    # ?token=…, &api_key=…: a query value whose name says secret
+    (
+        "secret_query",
+        re.compile(
+            r"(?P<head>[?&](?:[A-Za-z0-9_.-]*(?:token|key|secret|password|passwd|pwd|auth)"
+            r"[A-Za-z0-9_.-]*)=)(?P<value>[^&#\s]+)",
+            re.I,
+        ),
+        rf"\g<head>{MASK}",
+    ),
+]
 
 
 def redact_url(text: str) -> str:
     """``text`` with every URL password and secret query value replaced by ``***``."""
     if "@" not in text and "=" not in text:
         return text
-    out = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
-    return _SECRET_QUERY.sub(lambda m: f"{m['head']}{MASK}", out)
+    for _, rx, repl in URL_SECRETS:
+        text = rx.sub(repl, text)
+    return text
 
 
-__all__ = ["MASK", "redact_url"]
+__all__ = ["MASK", "URL_SECRETS", "redact_url"]

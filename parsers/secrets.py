@@ -39,7 +39,7 @@ RULES: list[tuple[str, str]] = [
         "secret_key_value",
         r"(?i)(?<![\w-])(?P<q>['\"]?)"
         + SECRET_KEY
-        + r"(?P=q)(?:=|\s*:\s*)(?!\s*(?:None|True|False|null|''|\"\")(?:[\s,)}\]]|$))"
+        + r"(?P=q)\s*(?:=(?!=)|:)\s*(?!\s*(?:None|True|False|null|''|\"\")(?:[\s,)}\]]|$))"
         r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:" + AUTH_SCHEME + r"\s+)?[^\s,)}\]'\"]+)",
     ),
     # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
@@ -53,19 +53,44 @@ RULES: list[tuple[str, str]] = [
     ("hf_token", r"(?<![\w-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])"),
     ("hf_org_token", r"(?<![\w-])api_org_[A-Za-z0-9]{6,}"),
     ("openai_key", r"(?<![\w-])sk-[A-Za-z0-9_\-]{16,}"),
+    # provider tokens recognisable by their prefix alone
+    (
+        "aws_key_id",
+        r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+    ),
+    ("github_token", r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
+    ("gitlab_token", r"(?<![\w-])glpat-[A-Za-z0-9_\-]{20,}"),
+    ("slack_token", r"(?<![\w-])xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("google_api_key", r"(?<![\w-])AIza[0-9A-Za-z_\-]{35}"),
+    ("jwt", r"(?<![\w-])eyJ[A-Za-z0-9_\-]{6,}\.eyJ[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9_\-]{6,}"),
+    # a PEM private key on one line (BEGIN … END, or BEGIN to the end of the line)
+    (
+        "private_key",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?P<v>.+?)(?=-----END [A-Z ]*PRIVATE KEY-----|$)",
+    ),
     ("bearer", r"(?i)(?<![\w-])Bearer\s+(?P<v>[A-Za-z0-9._\-+/=~]{6,})"),
     # credentials in URLs: scheme://user:password@host
-    ("url_password", r"(?<=://)[^/\s:@'\"]+:(?P<v>[^/\s@'\"]+)(?=@)"),
+    ("url_password", r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
     ("query_token", r"(?i)[?&](?:token|access_token|api_key|key|sig|signature)=(?P<v>[^&\s'\"]+)"),
 ]
 _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
-HINT = r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|secret|authorization|access_key|[?&](?:key|sig|signature)="
+HINT = (
+    r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
+    r"secret|authorization|access_key|[?&](?:key|sig|signature)=|akia|asia|agpa|aida|aroa|aipa|"
+    r"anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|private key"
+)
 # A cheaper first sieve (~3x on a busy log): every line HINT matches, matches one of these
 # (hf_, api_org_, _token, access_key: `_`; token=, [?&]..=: `=`; --..token: `--`; the letter
 # words by a shorter stem, case-insensitive as HINT), and polars runs these short patterns far
 # faster than HINT's long case-insensitive alternation. HINT then decides on what they pick.
-HINT_SIEVE = (r"(?i)api[_-]?k|bearer|passw|secret|authoriz|sk-", r"[_=]", r"--|://")
+HINT_SIEVE = (
+    r"(?i)api[_-]?k|bearer|passw|secret|authoriz|sk-",
+    r"[_=]",
+    # the provider prefixes of RULES, as they are written (case-sensitive, like those rules)
+    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY",
+    r"--|://",
+)
 
 
 def redact_value(v: str) -> str:

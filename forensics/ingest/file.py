@@ -18,7 +18,7 @@ from forensics.errors import (
     StreamDamaged,
 )
 from forensics.ingest.hashing import _Hasher
-from forensics.ingest.identity import _device, _inside, _same_file, source_id
+from forensics.ingest.identity import _device, _inside, _same_file, shown_path, source_id
 from forensics.ingest.outcome import SKIP_FOR, FileOutcome, IngestSummary, _account, _skip
 from forensics.logsource import HEAD_BYTES, open_log
 
@@ -103,6 +103,12 @@ def _open(
     out = FileOutcome(path=path, host=hname, status="new", source_id=sid)
     if hname == "local" and _inside(path, tx.store.root):
         return _skip(out, summary, "store")
+    if shown_path(path) != path:  # the store holds names as text (UTF-8)
+        exc = BadPath(
+            f"{shown_path(path)}: its name is not valid UTF-8, which the store cannot hold",
+            hint="rename the file (forensics classify reads it as it is)",
+        )
+        return _skip(out, summary, "bad-path", exc.message.split(": ", 1)[-1], exc)
     hasher = _Hasher()
     try:
         src = open_log(host, path, where=path, hasher=hasher)

@@ -12,8 +12,15 @@ if TYPE_CHECKING:
     from forensics.ingest.batch import _Batch
 
 
+def shown_path(path: str) -> str:
+    """``path`` as text a table can hold: the bytes of a name that is not UTF-8 (read through
+    surrogateescape) shown as ``\\xff`` escapes. Ingest refuses such a name (the store keeps
+    names as text); messages show it this way."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def source_id(host: str, path: str) -> str:
-    return hashlib.sha1(f"{host}:{path}".encode()).hexdigest()[:12]
+    return hashlib.sha1(f"{host}:{path}".encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 # The store's own files, relative to its folder (logs a launch or a sweep writes under

@@ -122,7 +122,11 @@ def _skip(
     out.status, out.reason = "skipped", reason
     if error is not None:
         summary.refused.append(error)
-    summary.warnings.append(f"{out.path}: " + SKIP_REASONS[reason].format(detail=detail))
+    from forensics.ingest.identity import shown_path
+
+    summary.warnings.append(
+        f"{shown_path(out.path)}: " + SKIP_REASONS[reason].format(detail=detail)
+    )
     return out
 
 

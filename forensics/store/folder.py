@@ -208,7 +208,7 @@ class Store:
                         hint="run `forensics runs` to quarantine it, then retry",
                     ) from exc
                 self._quarantine(name, p.name, exc)
-        df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        df = pl.concat(frames, how="diagonal_relaxed") if frames else _empty(name)
         self._cache[name] = df
         return df
 
@@ -251,8 +251,8 @@ class Store:
             return reduce(self._cache[name].lazy()).collect()
         tdir = self.root / "tables" / name
         parts = [tdir / p for p in self.manifest().tables.get(name, [])]
-        if not parts:
-            return pl.DataFrame()
+        if not parts:  # no rows yet: the summary of none, over the declared columns
+            return reduce(_empty(name).lazy()).collect()
         try:
             if tdir.is_symlink() or any(p.is_symlink() for p in parts):
                 raise StoreError(f"{tdir}: a symlink among the parts")
@@ -428,3 +428,15 @@ class Store:
                     if f.name.endswith(PART_SUFFIX + ".tmp") or crashed:
                         with contextlib.suppress(OSError):
                             f.unlink()
+
+
+def _empty(name: str) -> pl.DataFrame:
+    """A table with no rows: its declared columns (forensics/tables.py), so a reader's
+    expressions still find them (a store whose runs logged no decode line, read while its
+    verdicts are missing, failed on ``source_id``)."""
+    import polars as pl
+
+    from forensics.tables import TABLES
+
+    spec = TABLES.get(name)
+    return pl.DataFrame(schema=spec.schema) if spec else pl.DataFrame()
