@@ -23,7 +23,7 @@ from forensics_parsers.sglang import LogParser, bulk, extract_batch, metrics, pa
 CHUNK = 4 << 20
 STAGES: list[tuple[Any, str, str]] = [
     (parser.LogParser, "split_lines", "split_lines (ingest: the reading thread)"),
-    (parser.LogParser, "_text_of", "· decode the chunk (UTF-8, NUL, ANSI, JSON)"),
+    (parser, "chunk_lines", "· split at LF (polars' CSV reader or decode + split)"),
     (parser.LogParser, "_lines_of", "· lines frame (split, secrets, metrics test)"),
     (parser, "redact_lines", "· · secrets redaction"),
     (metrics, "read_heads", "· metrics lines: kind, head, timestamp"),

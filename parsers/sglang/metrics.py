@@ -240,6 +240,10 @@ def _json_value(v: pl.Expr) -> pl.Expr:
     return pl.when(numeric).then(v).otherwise(quoted)
 
 
+# a value with a space or % around it: `key:  1`, `1 , key`, `87%`
+_PADDED = r"%|:  | ,"
+
+
 def _fields_fast(
     sub: pl.DataFrame, fields: list, schema: dict
 ) -> tuple[pl.DataFrame | None, pl.DataFrame]:
@@ -256,8 +260,14 @@ def _fields_fast(
     if not keys or any(not k or ": " not in seg for k, seg in zip(keys, segs)):
         return None, sub
     n = len(keys)
+    r = pl.col("rest")
+    # the strips only where they can change something (each is a copy of the column)
+    ragged, padded = sub.select(
+        (r.str.ends_with(",") | r.str.ends_with(" ")).any().alias("ragged"),
+        r.str.contains(_PADDED).any().alias("padded"),
+    ).row(0)
     split = sub.with_columns(
-        pl.col("rest").str.strip_chars_end(", ").str.splitn(", ", n).alias("_s")
+        (r.str.strip_chars_end(", ") if ragged else r).str.splitn(", ", n).alias("_s")
     ).unnest("_s")
     names = [f"field_{i}" for i in range(n)]
     ok = pl.all_horizontal(
@@ -274,7 +284,8 @@ def _fields_fast(
     for col, key, _typ in fields:
         if key in by_key:
             c, off = by_key[key]
-            v = pl.col(c).str.slice(off).str.strip_chars(" %")
+            v = pl.col(c).str.slice(off)
+            v = v.str.strip_chars(" %") if padded else v
             cols.append(v.cast(pl.Float64, strict=False).cast(schema[col], strict=False).alias(col))
         else:
             cols.append(pl.lit(None, dtype=schema[col]).alias(col))

@@ -40,7 +40,7 @@ from forensics_parsers.sglang.rules import (
 )
 from forensics_parsers.sglang.server_args import configure
 from forensics_parsers.sglang.stages import mem_figures
-from forensics_parsers.sglang.text import chunk_text, find_eol, rfind_eol, to_dt, ts_of
+from forensics_parsers.sglang.text import chunk_lines, find_eol, rfind_eol, to_dt, ts_of
 
 MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
 MAX_TEXT = 4000  # text kept per line in the `lines` frame
@@ -231,10 +231,12 @@ class LogParser:
     def _split(self, data: bytes, *, partial: bool) -> Lines:
         """Complete lines (or the partial last one) -> ``Lines`` (see ``split_lines``)."""
         ck = _Chunk()
-        text = self._text_of(data, ck, partial)
-        if text is None:
+        lines_s, cr, self._json_carry = chunk_lines(
+            data, self._sniff or {}, self._json_carry, partial, ck.stats
+        )
+        if lines_s is None:
             return Lines(ck, done=(Frames(stats=ck.stats), None))  # an unfinished record
-        df = self._lines_of(text, ck, partial)
+        df = self._lines_of(lines_s, ck, partial, cr)
         batch = df.filter(pl.col("batch")).select("line", "text")
         other = df.filter(~pl.col("batch")).select("line", "text")
         out = Lines(ck, other=other)
@@ -287,16 +289,10 @@ class LogParser:
         out.runs = runs_.runs_frame(self.runs, self.source, self.name_pattern)
         return out, prepared
 
-    def _text_of(self, data: bytes, ck: _Chunk, partial: bool) -> str | None:
-        text, self._json_carry = chunk_text(
-            data, self._sniff or {}, self._json_carry, partial, ck.stats
-        )
-        return text
-
-    def _lines_of(self, text: str, ck: _Chunk, partial: bool) -> pl.DataFrame:
-        """The chunk's lines (``line``, ``text``, ``batch``: a metrics line), secrets removed."""
+    def _lines_of(self, lines_s: pl.Series, ck: _Chunk, partial: bool, cr: bool) -> pl.DataFrame:
+        """The chunk's lines split at LF -> (``line``, ``text``, ``batch``: a metrics line),
+        secrets removed (``cr``: some line has a CR, stripped at its end)."""
         base = self.line_no
-        lines_s = pl.Series("text", [text], dtype=pl.String).str.split("\n").explode()
         sniff = self._sniff or {}
         wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
         if wrapper is not None and wrapper.keeps_lines:
@@ -313,7 +309,7 @@ class LogParser:
         df = pl.DataFrame({"text": lines_s}).with_columns(
             (pl.int_range(1, n + 1, dtype=pl.Int64) + base).alias("line")
         )
-        if "\r" in text:
+        if cr:
             df = df.with_columns(pl.col("text").str.strip_chars_end("\r"))
         return df.with_columns(_IS_BATCH.alias("batch"))
 

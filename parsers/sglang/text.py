@@ -92,3 +92,42 @@ def chunk_text(
         text = ANSI_RX.sub("", text)
         stats["ansi_stripped"] = n0 - len(text)
     return text, carry
+
+
+FAST_LINES_MIN = 1 << 16  # smaller chunks are split the plain way
+# bytes with which polars' CSV reader would not give exactly the decoded text's lines (and
+# its separator): the plain path handles them (NUL, ANSI, CR, decode errors)
+_NOT_PLAIN = (b"\x00", b"\x1b", b"\r", b"\x1f")
+
+
+def plain_lines(data: bytes) -> pl.Series | None:
+    """The lines of a chunk of plain ASCII text (no NUL, ESC or CR), as ``chunk_text`` and a
+    split at ``\n`` would give them, read by polars' CSV reader as one column (its threads
+    split the bytes; no Python string is made); None for any other chunk."""
+    if len(data) < FAST_LINES_MIN or not data.isascii() or any(b in data for b in _NOT_PLAIN):
+        return None
+    return pl.read_csv(
+        data,
+        has_header=False,
+        separator="\x1f",
+        quote_char=None,
+        schema={"text": pl.String},
+        empty_string_is_null=False,
+    ).to_series()
+
+
+def chunk_lines(
+    data: bytes, sniff: dict[str, Any], carry: str, partial: bool, stats: dict[str, int]
+) -> tuple[pl.Series | None, bool, str]:
+    """A chunk's lines, split at LF (``plain_lines`` where it applies, else ``chunk_text``
+    split) -> (lines, or None while a JSON record is unfinished; whether a line has a CR;
+    the JSON carry for the next chunk)."""
+    wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
+    if wrapper is None or wrapper.keeps_lines:
+        lines = plain_lines(data)
+        if lines is not None:
+            return lines, False, carry
+    text, carry = chunk_text(data, sniff, carry, partial, stats)
+    if text is None:
+        return None, False, carry
+    return pl.Series("text", [text], dtype=pl.String).str.split("\n").explode(), "\r" in text, carry
