@@ -1,3 +1,4 @@
 from forensics.entry import main
 
-main()
+if __name__ == "__main__":  # not when a spawned worker imports it (forensics/ingest/pool.py)
+    main()

@@ -69,9 +69,20 @@ def register(cli: click.Group) -> None:
     help="Attach the benchmark results files among INPUTS to this run "
     "(default: by time window, else by the server they name).",
 )
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Files parsed at once, each in a worker process (default: the number of cores; "
+    "1: one after another). Only files of 16 MiB or more to parse go to a worker.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.pass_context
-def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_host, run, as_json):
+def ingest_cmd(
+    ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_host, run, jobs, as_json
+):
     """Parse SGLang server logs and benchmark results into the store.
 
     INPUTS are files, folders, globs (quoted, expanded by forensics), ssh://user@host/path/*.log
@@ -85,31 +96,7 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
     from forensics.ingest import exit_code_for, ingest
 
     store = get_store(ctx)
-    progress = None
-    bar = None
-    if not as_json and sys.stderr.isatty():
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TransferSpeedColumn,
-        )
-
-        bar = Progress(
-            TextColumn("[dim]{task.fields[n]}[/dim] {task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            transient=True,
-        )
-        tasks: dict[str, int] = {}
-
-        def progress(path: str, i: int, n: int, done: int, total: int) -> None:
-            if path not in tasks:
-                tasks[path] = bar.add_task(path[-60:], total=None, n=f"[{i + 1}/{n}]")
-            bar.update(tasks[path], completed=done, total=total or None)
-
+    bar, progress = _progress_bar() if not as_json and sys.stderr.isatty() else (None, None)
     with bar if bar is not None else contextlib.nullcontext():
         summary = ingest(
             store,
@@ -120,6 +107,7 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
             lock_timeout=lock_timeout,
             trust_new_host=trust_new_host,
             run=run,
+            jobs=jobs,
         )
     data = summary.as_dict()
     if as_json:
@@ -144,12 +132,33 @@ def ingest_cmd(ctx, inputs, recursive, name_pattern, lock_timeout, trust_new_hos
     if summary.interrupted:
         done = [f.path for f in summary.files if f.committed]
         click.echo(
-            f"Interrupted: {len(done)} file(s) committed before Ctrl-C; the file being read "
-            "was not (the store holds nothing of it). Run the same command again to resume.",
+            f"Interrupted: {len(done)} file(s) committed before Ctrl-C; the files being read "
+            "were not (the store holds nothing of them). Run the same command again to resume.",
             err=True,
         )
         ctx.exit(130)
     ctx.exit(exit_code_for(summary))
+
+
+def _progress_bar():
+    """A bar per file being read (several at once with --jobs), on a terminal."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    bar = Progress(
+        TextColumn("[dim]{task.fields[n]}[/dim] {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        transient=True,
+    )
+    tasks: dict[str, int] = {}
+
+    def progress(path: str, i: int, n: int, done: int, total: int) -> None:
+        if path not in tasks:
+            tasks[path] = bar.add_task(path[-60:], total=None, n=f"[{i + 1}/{n}]")
+        bar.update(tasks[path], completed=done, total=total or None)
+
+    return bar, progress
 
 
 @click.command("runs")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, InputNotFound, UsageError
-from forensics.ingest.file import _ingest_one
+from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, source_id
 from forensics.ingest.inputs import expand_inputs
 from forensics.ingest.outcome import CHANGED, FileOutcome, IngestSummary, _skip
@@ -40,17 +41,25 @@ def ingest(
     lock_timeout: float | None = None,
     trust_new_host: bool = False,
     run: str | None = None,
+    jobs: int | None = None,
 ) -> IngestSummary:
     """Ingest every log and benchmark results file the inputs name. Raises InputNotFound
-    when none exists. ``run``: attach the results files to this run (else by time/server)."""
+    when none exists. ``run``: attach the results files to this run (else by time/server).
+    ``jobs``: worker processes parsing files at once (default: the cores; 1: none)."""
+    from forensics.bench_results import is_results_file
+    from forensics.ingest.pool import default_jobs
+
     t0 = time.monotonic()
     summary = IngestSummary()
     _check_pattern(name_pattern)
     files = _files(inputs, recursive, trust_new_host, run, summary)
-    batch = _Batch(store, lock_timeout)
+    logs = sum(1 for _, p in files if not is_results_file(p))
+    jobs = (jobs or default_jobs()) if logs > 1 else 1  # one file: parsed here, no worker
+    batch = _Batch(store, lock_timeout, jobs)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
+        batch.drain(summary)
         batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts)
@@ -71,10 +80,15 @@ def ingest(
             time.sleep(0)
         except KeyboardInterrupt:
             pass
-        batch.commit()  # the files finished before Ctrl-C; the one being read is not kept
+        unadopted = batch.stop_pool()  # files in workers: not kept
+        summary.files = [f for f in summary.files if f not in unadopted]
+        batch.commit()  # the files finished before Ctrl-C; the ones being read are not kept
     except BaseException:
+        batch.stop_pool()
         batch.close_after_error()
         raise
+    finally:
+        batch.stop_pool()
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
@@ -142,7 +156,8 @@ def _ingest_files(
 
             report(0, 0)
         if is_results_file(path):
-            batch.commit()  # it takes the store lock itself: the batch is committed first
+            batch.drain(summary)  # the logs' files in workers are adopted and committed ...
+            batch.commit()  # ... first: it takes the store lock itself
             if index is None:  # the runs are read once, after the logs of this call
                 index = RunIndex(store, run)
             outcome, err = _ingest_results(store, host, path, summary, index, batch.lock_timeout)
@@ -169,9 +184,11 @@ def _raise_if_nothing(summary: IngestSummary, results_error: ForensicsError | No
 class _Batch:
     """One store transaction over many files, committed every BATCH_FILES files or
     BATCH_SECONDS seconds; each file has a savepoint, so a file that fails leaves nothing
-    and the files before it are still committed."""
+    and the files before it are still committed. With ``jobs`` > 1, files of POOL_MIN_BYTES
+    or more to parse go to worker processes (forensics/ingest/pool.py) and are adopted into
+    the batch in input order when their worker is done."""
 
-    def __init__(self, store: Store, lock_timeout: float | None):
+    def __init__(self, store: Store, lock_timeout: float | None, jobs: int = 1):
         self.store = store
         self.lock_timeout = lock_timeout
         self._cm: Any = None
@@ -182,6 +199,10 @@ class _Batch:
         # (host, dev, inode) -> (source id, path) of the files of this ingest
         self.seen: dict[tuple[str, int, int], tuple[str, str]] = {}
         self._inodes: tuple[Any, dict] | None = None  # (transaction, its inode index)
+        self.jobs = jobs
+        self.pool: Any = None  # forensics.ingest.pool.Pool, started for the first big file
+        self.pending: list[Any] = []  # pool.Job in input order, not yet adopted
+        self._deferring: _Deferring | None = None
 
     def stored_inodes(self, tx: Any) -> dict:
         """The inode index of the sources committed before this batch (built once)."""
@@ -202,16 +223,117 @@ class _Batch:
         sid = source_id(host.name, path)
         point = self.tx.savepoint(sid)
         try:
-            out = _ingest_one(self.tx, host, path, summary, name_pattern, report, self)
+            if self.jobs > 1:
+                out, later = self._dispatch(host, path, summary, name_pattern, report)
+            else:
+                out, later = (
+                    _ingest_one(self.tx, host, path, summary, name_pattern, report, self),
+                    False,
+                )
         except BaseException:
             self.tx.rollback(point)
             raise
+        if not later:  # else in a worker: adopted when it is done (``adopt``)
+            self._done(out)
+        self.adopt(summary, block=False)
+        return out
+
+    def _done(self, out: FileOutcome) -> None:
         self.files.append(out)
         busy = time.monotonic() - self.started
         due = len(self.files) >= BATCH_FILES or busy >= BATCH_SECONDS
         if due and busy * COMMIT_SHARE >= self.last_commit_s:
             self.commit()
-        return out
+
+    def _dispatch(
+        self, host: Any, path: str, summary: IngestSummary, name_pattern, report
+    ) -> tuple[FileOutcome, bool]:
+        """A file of a parallel ingest: parsed here when small, else given to a worker
+        (-> its outcome, True); what _prepare drops is deferred to the file's adoption."""
+        from forensics.ingest.pool import POOL_MIN_BYTES, Job, Pool
+
+        if self._deferring is None or self._deferring.tx is not self.tx:
+            self._deferring = _Deferring(self.tx)
+        defer = self._deferring
+        defer.drops = []
+        opened = _prepare(defer, host, path, summary, self)
+        if isinstance(opened, FileOutcome):
+            return opened, False
+        if opened.src.stat.size - opened.resume[0] < POOL_MIN_BYTES:
+            for key in defer.drops:
+                self.tx.drop_source(key)
+            _record(self.tx, opened, _parse_file(self.tx, opened, summary, name_pattern, report))
+            return opened.out, False
+        if self.pool is None:
+            from forensics.store.staging import new_staging
+
+            self.pool = Pool(self.jobs, new_staging(self.store.root))
+        job = Job(opened, list(defer.drops), report)
+        self.pool.submit(job, name_pattern)
+        self.pending.append(job)
+        return opened.out, True
+
+    def adopt(self, summary: IngestSummary, block: bool) -> None:
+        """Adopt the files whose workers are done, in input order (with ``block``, all)."""
+        while self.pending:
+            head = self.pending[0]
+            if not head.done:
+                self.pool.wait(block=block)
+                if not head.done:
+                    if not block:
+                        return
+                    continue
+            self.pending.pop(0)
+            self._adopt(head, summary)
+
+    def _adopt(self, job: Any, summary: IngestSummary) -> None:
+        if job.read_error is not None:  # as in the serial path: the error ends the ingest
+            raise job.read_error
+        self._open()
+        out, r = job.out, job.result
+        if r is None:
+            out.status, out.reason = "failed", "worker"
+            summary.warnings.append(
+                f"{out.path}: not ingested: {job.error or 'its worker stopped'} "
+                "(the other files were; run the same command again to retry it)"
+            )
+            self._done(out)
+            return
+        point = self.tx.savepoint(out.source_id)
+        try:
+            for key in job.drops:
+                self.tx.drop_source(key)
+            for table, tmp, keys in r["parts"]:
+                self.tx.adopt(table, Path(tmp), keys)
+            _record(self.tx, job.opened, r["parsed"])
+        except BaseException:
+            self.tx.rollback(point)
+            raise
+        out.lines, out.decode_lines = out.lines + r["lines"], out.decode_lines + r["decode_lines"]
+        out.reason = out.reason or r["reason"]
+        for mine, theirs in ((summary.counts, r["counts"]), (summary.stats, r["stats"])):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        summary.warnings.extend(r["warnings"])
+        self._done(out)
+
+    def drain(self, summary: IngestSummary) -> None:
+        """Wait for every file given to a worker and adopt it."""
+        self.adopt(summary, block=True)
+
+    def stop_pool(self) -> list[FileOutcome]:
+        """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted."""
+        if self.pool is None:
+            return []
+        from forensics.store.staging import remove_staging
+
+        pool, self.pool = self.pool, None
+        pending, self.pending = self.pending, []
+        try:
+            pool.close()
+        finally:
+            remove_staging(pool.staging)
+        return [j.out for j in pending]
 
     def commit(self) -> None:
         if self.tx is None:
@@ -235,6 +357,22 @@ class _Batch:
             self.commit()
         except Exception:  # noqa: BLE001 - the first error is the one to report
             pass
+
+
+class _Deferring:
+    """The transaction as ``_prepare`` sees it in a parallel ingest: what it drops (a rewritten
+    file's rows, a grown file's tail) is kept for the file's adoption, so the drop and the new
+    rows enter the same commit."""
+
+    def __init__(self, tx: Any):
+        self.tx = tx
+        self.drops: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tx, name)
+
+    def drop_source(self, key: str) -> None:
+        self.drops.append(key)
 
 
 def _ingest_results(

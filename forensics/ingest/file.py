@@ -51,6 +51,7 @@ class _Opened:
     hasher: _Hasher
     dev: int | None
     head_hash: str
+    resume: tuple[int, dict[str, Any] | None] = (0, None)  # (offset, parser state) to parse from
 
     @property
     def compressed(self) -> bool:
@@ -67,19 +68,56 @@ def _ingest_one(
     batch: _Batch | None = None,
 ) -> FileOutcome:
     """Ingest one file into ``tx``; ``report(done_bytes, total_bytes)`` per chunk."""
+    opened = _prepare(tx, host, path, summary, batch)
+    if isinstance(opened, FileOutcome):
+        return opened
+    parsed = _parse_file(tx, opened, summary, name_pattern, report)
+    _record(tx, opened, parsed)
+    return opened.out
+
+
+def _prepare(
+    tx: Any, host: Any, path: str, summary: IngestSummary, batch: _Batch | None
+) -> _Opened | FileOutcome:
+    """Open ``path`` and decide what to parse (``resume``), or its outcome when there is
+    nothing to parse (skipped, unchanged)."""
     opened = _open(tx, host, path, summary, batch)
     if isinstance(opened, FileOutcome):
         return opened
     resume = _compare(tx, host, path, opened)
     if resume is None:
         return opened.out
-    offset, state = resume
-    st = opened.src.stat
-    if st.size == 0:
+    opened.resume = resume
+    if opened.src.stat.size == 0:
         summary.warnings.append(f"{path}: empty file (0 bytes)")
+    return opened
+
+
+@dataclass
+class _Parsed:
+    """What the parse of one file leaves for its source record (picklable: an ingest worker,
+    forensics/ingest/pool.py, sends it back)."""
+
+    consumed: int  # bytes read up to
+    offset: int  # the end of the last complete line (the resume point)
+    state: dict[str, Any]  # the parser's state there
+    runs: Any  # the run summaries (a polars frame) or None
+    bytes_parsed: int
+
+
+def _parse_file(
+    tx: Any,
+    opened: _Opened,
+    summary: IngestSummary,
+    name_pattern: str | None,
+    report: Callable[[int, int], None] | None,
+) -> _Parsed:
+    """Parse the bytes ``opened.resume`` names, its rows staged into ``tx``."""
     from forensics_parsers.sglang import LogParser
 
-    date_hint = time.strftime("%Y-%m-%d", time.localtime(st.mtime))
+    offset, state = opened.resume
+    date_hint = time.strftime("%Y-%m-%d", time.localtime(opened.src.stat.mtime))
+    path = opened.out.path
     parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
     consumed, last_frames = _parse(tx, opened, parser, summary, offset, report)
     complete_state = parser.state()
@@ -88,9 +126,7 @@ def _ingest_one(
     _account(summary, opened.out, tail)
     _stage(tx, opened.out.source_id, tail, opened.out.source_id + "~tail")
     runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
-    _record(tx, opened, runs, complete_offset, complete_state)
-    opened.out.bytes_parsed = consumed - offset
-    return opened.out
+    return _Parsed(consumed, complete_offset, complete_state, runs, consumed - offset)
 
 
 def _open(
@@ -258,12 +294,14 @@ def _split_ahead(parser: Any, chunks: Any, pool: Any) -> Any:
         yield got
 
 
-def _record(tx: Any, o: _Opened, runs: Any, offset: int, state: dict[str, Any] | None) -> None:
+def _record(tx: Any, o: _Opened, parsed: _Parsed) -> None:
     """The run summaries of the file, its resume state and its source record."""
     import json
 
     import polars as pl
 
+    runs, offset, state = parsed.runs, parsed.offset, parsed.state
+    o.out.bytes_parsed = parsed.bytes_parsed
     sid, path, hname = o.out.source_id, o.out.path, o.out.host
     if runs is not None and not runs.is_empty():
         runs = runs.with_columns(

@@ -399,10 +399,14 @@ class Store:
         * parts in ``man.trash``: dropped by a committed transaction;
         * unlisted parts named with a generation above ``man.generation``: their commit
           never happened (a crash between renaming them and replacing the manifest);
-        * ``*.parquet.tmp``: a part being written when a writer died (we hold the lock).
+        * ``*.parquet.tmp``: a part being written when a writer died (we hold the lock);
+        * ``staging/`` folders of ingests that were killed (forensics/store/staging.py).
 
         Any other unlisted file is an orphan: kept, reported by ``forensics store check``.
         """
+        from forensics.store.staging import clean_staging
+
+        clean_staging(self.root)
         tables_dir = self.root / "tables"
         for entry in list(man.trash):
             table, _, part = entry.partition("/")

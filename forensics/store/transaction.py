@@ -151,6 +151,27 @@ class Transaction:
         self.dirty = True
         return name
 
+    # -- parts written by other processes (forensics/ingest/pool.py) ------------------------
+    def write_staged(self) -> list[tuple[str, str, list[str]]]:
+        """Write what is staged; -> (table, tmp path, keys) of every part written. For a
+        transaction over a staging folder (``staging_store``), which is never committed: its
+        parts are adopted by the transaction of the store (``adopt``)."""
+        for group in list(self._staged):
+            self._flush(group)
+        return [(t, str(tmp), self.man.shared.get(name, [])) for t, name, tmp in self._new]
+
+    def adopt(self, table: str, tmp: Path, keys: list[str]) -> None:
+        """Make a part written elsewhere in the store's folder (``write_staged`` in a worker)
+        this transaction's: renamed into ``tables/`` at commit, deleted at abort, named with
+        this commit's generation like the parts it writes itself."""
+        name = f"{SHARED}{_kind(keys[0])}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}"
+        name += ".parquet"
+        (self.store.root / "tables" / table).mkdir(parents=True, exist_ok=True)
+        self._new.append((table, name, Path(tmp)))
+        self.man.shared[name] = sorted(keys)
+        self._indexed(table, name, keys)
+        self.dirty = True
+
     # -- finding a source's parts ------------------------------------------------------------
     def _index_of(self, sid: str) -> list[tuple[str, str, str]]:
         """(table, part, key) of every part holding rows of source ``sid`` (built once)."""
@@ -311,8 +332,8 @@ class Transaction:
 
     # -- ending --------------------------------------------------------------------------
     def abort(self) -> None:
-        for _, name, tmp in self._new:
-            for f in (tmp, tmp.with_name(name)):
+        for table, name, tmp in self._new:
+            for f in (tmp, self._final(table, name)):
                 with contextlib.suppress(OSError):
                     f.unlink()
             self.man.part_source.pop(name, None)
@@ -321,6 +342,9 @@ class Transaction:
         self._staged.clear()
         self._staged_rows.clear()
         self._staged_bytes.clear()
+
+    def _final(self, table: str, name: str) -> Path:
+        return self.store.root / "tables" / table / name
 
     def commit(self) -> None:
         if self.man.legacy_states:
@@ -336,7 +360,7 @@ class Transaction:
         tmp_man = root / (MANIFEST + ".tmp")
         try:
             for table, name, tmp in self._new:
-                os.replace(tmp, tmp.with_name(name))
+                os.replace(tmp, self._final(table, name))
                 self.man.tables.setdefault(table, []).append(name)
             for table, p in self._drop_parts:
                 listed = self.man.tables.get(table, [])

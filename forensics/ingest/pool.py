@@ -1,0 +1,349 @@
+"""Files parsed in parallel: worker processes (``--jobs``) parse logs and write their rows as
+staged parts; the ingest's transaction adopts them (forensics/ingest/batch.py).
+
+The parse holds the GIL, so N files parse at once only in N processes. The division of work:
+
+* **The main process** opens each file, decides what to parse (unchanged, grown, rewritten:
+  ``_prepare``), and reads the bytes through the log source, local or over SSH (one
+  connection per host lives here), feeding the content hash as the serial path does. A
+  feeder thread per file sends the chunks down a pipe to the file's worker; a worker that
+  falls behind blocks its feeder, so memory stays bounded: a chunk in the pipe, one being
+  parsed, STAGE_BYTES staged per table and kind (forensics/store/transaction.py).
+* **A worker** (a fresh interpreter, never a fork: polars' threads make that unsafe) parses the
+  chunks with the same code as the serial path (``_parse_file``) into a transaction over the
+  ingest's staging folder (forensics/store/staging.py), writes its parts there and sends back
+  what the source record needs (``_Parsed``), its counts and warnings.
+* **Adoption** is in input order: the file's deferred drops (a rewritten file's old rows), its
+  parts and its source record enter the open batch together, under one savepoint. So a
+  ``kill -9`` loses at most the open batch, and the store ends with the rows, run ids and
+  source records of a serial ingest (only the parts are cut differently).
+
+A worker that raises or dies fails its file alone (status ``failed``, reason ``worker``, one
+warning line, exit 4); the others are still ingested. Workers ignore SIGINT: Ctrl-C reaches
+the main process, which stops them (terminate, join) before it commits what was adopted. A
+worker whose main process is killed reads the end of its pipe and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forensics.errors import StreamDamaged
+from forensics.ingest.outcome import FileOutcome, IngestSummary
+
+POOL_MIN_BYTES = 16 << 20  # a file parsed by a worker: this many bytes to parse or more (a
+# worker costs ~0.3 s of CPU to start, polars' import: smaller files parse in the main process)
+STOP = None  # the message that ends a worker
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+# -- the worker process ------------------------------------------------------------------------
+class _PipedSource:
+    """The worker's side of a log source: the chunks the main process sends, then how the
+    read ended (a ReadIncomplete or StreamDamaged raised here, as the log source would)."""
+
+    def __init__(self, conn: Any, stat: Any, transformed: bool, path: str):
+        self.conn, self.stat, self.transformed, self.path = conn, stat, transformed, path
+
+    def chunks(self, offset: int = 0) -> Any:
+        from forensics.hosts import ReadIncomplete
+
+        while True:
+            chunk = self.conn.recv_bytes()
+            if not chunk:
+                break
+            yield chunk
+        end = self.conn.recv()  # (kind, message) or None
+        if end is None:
+            return
+        kind, message = end
+        if kind == "incomplete":
+            raise ReadIncomplete(message, path=self.path, bytes_read=0)
+        if kind == "damaged":
+            raise StreamDamaged(message, truncated=True, kept=0)
+        raise _Aborted(message)
+
+
+class _Aborted(Exception):
+    """The main process could not read the file: it reports the error itself."""
+
+
+def _worker_entry() -> None:
+    """A worker process's main (``_Worker``): its pipe is the fd in argv[1]."""
+    import signal
+    import sys
+    from multiprocessing.connection import Connection
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked from its start
+    _worker_main(Connection(int(sys.argv[1])))
+
+
+def _worker_main(conn: Any) -> None:
+    """A worker's loop: one job (a file) after another until STOP or the pipe's end."""
+    while True:
+        try:
+            spec = conn.recv()
+        except (EOFError, OSError):
+            return  # the main process is gone
+        if spec is STOP:
+            return
+        try:
+            reply = ("ok", _run_job(conn, spec))
+        except _Aborted:
+            reply = ("aborted", None)
+        except Exception as exc:  # noqa: BLE001 - the file's outcome, never the ingest's
+            text = str(exc).splitlines()[0][:300] if str(exc) else ""
+            reply = ("error", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        try:
+            conn.send(reply)
+        except OSError:
+            return
+        if reply[0] != "ok":
+            return  # its pipe may hold the rest of the file: this worker is done
+
+
+def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """Parse one file's bytes from the pipe into parts of the staging folder."""
+    from types import SimpleNamespace
+
+    from forensics.ingest.file import _Opened, _parse_file
+    from forensics.store.manifest import Manifest
+    from forensics.store.transaction import Transaction
+
+    out = FileOutcome(path=spec["path"], host=spec["host"], status="new", source_id=spec["sid"])
+    src = _PipedSource(conn, spec["stat"], spec["transformed"], spec["path"])
+    opened = _Opened(out, src, None, None, "", resume=spec["resume"])
+    tx = Transaction(SimpleNamespace(root=Path(spec["staging"])), Manifest())
+    summary = IngestSummary()
+    try:
+        parsed = _parse_file(tx, opened, summary, spec["name_pattern"], None)
+        parts = tx.write_staged()
+    except BaseException:
+        tx.abort()
+        raise
+    return {
+        "parsed": parsed,
+        "parts": parts,
+        "lines": out.lines,
+        "decode_lines": out.decode_lines,
+        "reason": out.reason,
+        "counts": summary.counts,
+        "stats": summary.stats,
+        "warnings": summary.warnings,
+    }
+
+
+# -- the main process's side -------------------------------------------------------------------
+@dataclass
+class Job:
+    """One file given to a worker: what the main process keeps of it until adoption."""
+
+    opened: Any  # forensics.ingest.file._Opened
+    drops: list[str]  # source keys to drop at adoption (_compare's, deferred)
+    report: Any = None
+    result: dict[str, Any] | None = None
+    error: str = ""  # the worker's error, or that it died
+    read_error: BaseException | None = None  # the main process's read of the file failed
+    done: bool = False
+    feeder: threading.Thread | None = None
+    worker: Any = None
+
+    @property
+    def out(self) -> FileOutcome:
+        return self.opened.out
+
+
+class _Worker:
+    """A worker process: a fresh interpreter running ``_worker_entry`` (no fork: polars'
+    threads make it unsafe; not multiprocessing's spawn, which imports the caller's main
+    module again), joined to this process by a socket pair."""
+
+    def __init__(self, threads: int):
+        import signal
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, POLARS_MAX_THREADS=str(threads))
+        top = str(Path(__file__).resolve().parents[2])  # where this forensics is imported from
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (top, env.get("PYTHONPATH")) if p)
+        code = "from forensics.ingest.pool import _worker_entry; _worker_entry()"
+        # started with SIGINT blocked (the mask survives exec), so a Ctrl-C while it imports
+        # cannot print its traceback; here a Ctrl-C meanwhile is delivered at the unblock
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.job: Job | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class Pool:
+    """Up to ``jobs`` worker processes, started when a file needs one."""
+
+    def __init__(self, jobs: int, staging: Path):
+        self.jobs = jobs
+        self.staging = staging
+        self._threads = max(1, default_jobs() // jobs)  # polars threads per worker
+        self.workers: list[_Worker] = []
+
+    def submit(self, job: Job, name_pattern: str | None) -> None:
+        """Give ``job`` to an idle worker (started if fewer than ``jobs`` run), waiting for one
+        to finish its file when all are busy; a feeder thread sends it the file's bytes."""
+        w = self._idle()
+        o = job.opened
+        spec = {
+            "path": o.out.path,
+            "host": o.out.host,
+            "sid": o.out.source_id,
+            "stat": o.src.stat,
+            "transformed": o.compressed,
+            "resume": o.resume,
+            "name_pattern": name_pattern,
+            "staging": str(self.staging),
+        }
+        w.job, job.worker = job, w
+        try:
+            w.conn.send(spec)
+        except OSError:  # it died before its first file: the feeder sees it too
+            pass
+        job.feeder = threading.Thread(
+            target=_feed, args=(w.conn, job), daemon=True, name="forensics-ingest-feed"
+        )
+        job.feeder.start()
+
+    def _idle(self) -> _Worker:
+        while True:
+            for w in self.workers:
+                if w.job is None and w.alive():
+                    return w
+            self.workers = [w for w in self.workers if w.job is not None or w.alive()]
+            if len(self.workers) < self.jobs:
+                w = _Worker(self._threads)
+                self.workers.append(w)
+                return w
+            self.wait(block=True)
+
+    def wait(self, block: bool) -> None:
+        """Collect the replies of workers that finished a file (at least one if ``block``)."""
+        from multiprocessing.connection import wait
+
+        busy = {w.conn: w for w in self.workers if w.job is not None}
+        if not busy:
+            return
+        ready = wait(list(busy), timeout=None if block else 0)
+        for conn in ready:
+            w = busy[conn]
+            job = w.job
+            assert job is not None
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "error", f"its worker process died (exit {_exitcode(w)})"
+            if job.feeder is not None:
+                job.feeder.join()  # it sent the end (the worker replied after reading it)
+            if kind == "ok":
+                job.result = payload
+            elif kind == "error":
+                job.error = payload
+            job.done, w.job = True, None
+            if kind != "ok":
+                _stop(w)
+
+    def close(self) -> None:
+        """Stop every worker: idle ones are told to, busy ones terminated; none outlives
+        the ingest."""
+        for w in self.workers:
+            if w.job is None:
+                try:
+                    w.conn.send(STOP)
+                except OSError:
+                    pass
+            else:
+                w.proc.terminate()
+        for w in self.workers:
+            _stop(w)
+        self.workers = []
+
+
+def _exitcode(w: _Worker) -> Any:
+    import subprocess
+
+    try:
+        return w.proc.wait(5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _stop(w: _Worker) -> None:
+    import subprocess
+
+    try:
+        w.proc.wait(5)
+    except subprocess.TimeoutExpired:
+        w.proc.kill()
+        w.proc.wait()
+    if w.job is not None and w.job.feeder is not None:
+        w.job.feeder.join(5)  # its writes fail now; a remote read it waits on is bounded too
+    w.conn.close()
+
+
+def _feed(conn: Any, job: Job) -> None:
+    """The feeder thread: the file's chunks down the worker's pipe, then how the read ended.
+    A write that fails means the worker is gone (Pool.wait reports it)."""
+    from forensics.hosts import ReadIncomplete
+
+    o = job.opened
+    offset = o.resume[0]
+    total = max(0, o.src.stat.size - offset)
+    done = 0
+    end: Any = None
+    try:
+        for chunk in o.src.chunks(offset):
+            if not _send(conn.send_bytes, chunk):
+                return
+            done += len(chunk)
+            if job.report:
+                job.report(done, total)
+    except ReadIncomplete as exc:
+        end = ("incomplete", exc.message)
+    except StreamDamaged as exc:
+        end = ("damaged", exc.message)
+    except Exception as exc:  # noqa: BLE001 - re-raised by the main thread at adoption
+        job.read_error, end = exc, ("abort", str(exc))
+    if _send(conn.send_bytes, b""):
+        _send(conn.send, end)
+
+
+def _send(how: Any, what: Any) -> bool:
+    try:
+        how(what)
+    except OSError:
+        return False
+    return True
