@@ -281,63 +281,132 @@ def bench_file(log: Path, env_store: Path) -> dict:
     return row
 
 
+class _Loopback:
+    """A loopback sshd (forensics.localsshd) with ``hosts`` host entries, and N copies of a
+    log: as hard links (one per host entry: N sources in the store) and as real local files
+    (local hard links would be one file, ingested once)."""
+
+    def __init__(self, log: Path, store: Path, hosts: int):
+        from forensics.localsshd import local_sshd
+
+        self.log, self.store, self.hosts = log, store, hosts
+        d = OUT / "sshd"
+        shutil.rmtree(d, ignore_errors=True)
+        self.sshd = local_sshd(d)
+        self.toml = "\n".join(self.sshd.toml(f"bench{i}") for i in range(hosts))
+        self.copies: list[Path] = []
+        self.plain: list[Path] = []
+
+    def ssh(self) -> list[str]:
+        s = self.sshd
+        cmd = ["ssh", "-p", str(s.port), "-i", s.identity_file, "-o", "BatchMode=yes"]
+        return [*cmd, "-o", f"UserKnownHostsFile={s.known_hosts}", f"{s.user}@{s.host}"]
+
+    def env(self) -> dict[str, str]:
+        env = fresh_env(self.store)
+        (self.store / "config.toml").write_text(self.toml)
+        return env
+
+    def make_copies(self) -> None:
+        for i in range(self.hosts):
+            c = OUT / f"host{i}-{self.log.name}"
+            c.unlink(missing_ok=True)
+            os.link(self.log, c)
+            self.copies.append(c)
+            self.plain.append(OUT / f"local{i}-{self.log.name}")
+            shutil.copyfile(self.log, self.plain[-1])
+
+    def names(self, where: str, n: int) -> list[str]:
+        if where == "hosts":
+            return [f"bench{i}:{c}" for i, c in enumerate(self.copies[:n])]
+        return [str(c) for c in self.plain[:n]]
+
+    def ingest(self, names: list[str], jobs: int | None) -> dict:
+        """One ingest of ``names`` in a fresh store (``jobs``: --jobs, None: the default)."""
+        cmd = [sys.executable, "-m", "forensics", "ingest", "--json"]
+        cmd += ["--jobs", str(jobs)] if jobs else []
+        m = measure_cpu([*cmd, *names], self.env())
+        summary = json.loads(m["out"])["files_by_status"]
+        assert summary == {"new": len(names)}, summary
+        return {"s": round(m["s"], 3), "cpu_s": m["cpu_s"], "rss_mb": round(m["rss_mb"])}
+
+    def close(self) -> None:
+        for c in self.copies + self.plain:
+            c.unlink(missing_ok=True)
+        self.sshd.stop()
+
+
 def bench_remote(log: Path, store: Path, hosts: int) -> dict:
     """Ingest over a loopback sshd started here; ``ssh cat`` of the same file beside it, and
-    the same N copies ingested as local paths (what N files cost without the network)."""
-    from forensics.localsshd import local_sshd
-
-    res: dict = {"hosts": hosts}
-    d = OUT / "sshd"
-    shutil.rmtree(d, ignore_errors=True)
-    sshd = local_sshd(d)
-    copies: list[Path] = []
-    plain: list[Path] = []  # real copies: local hard links would be one file, ingested once
+    the same N copies ingested as local paths (what N files cost without the network), each
+    N-file ingest serial (``--jobs 1``) and parallel (``--jobs`` default: the cores)."""
+    res: dict = {"hosts": hosts, "cores": os.cpu_count()}
+    lb = _Loopback(log, store, hosts)
     try:
-        ssh = ["ssh", "-p", str(sshd.port), "-i", sshd.identity_file, "-o", "BatchMode=yes"]
-        ssh += ["-o", f"UserKnownHostsFile={sshd.known_hosts}", f"{sshd.user}@{sshd.host}"]
-        cat = measure_cpu([*ssh, "cat", str(log)], os.environ.copy())
+        cat = measure_cpu([*lb.ssh(), "cat", str(log)], os.environ.copy())
         res["ssh_cat_s"] = round(cat["s"], 3)
-        toml = "\n".join(sshd.toml(f"bench{i}") for i in range(hosts))
-        env = fresh_env(store)
-        (store / "config.toml").write_text(toml)
-        ingest = [sys.executable, "-m", "forensics", "ingest", "--json"]
+        env = lb.env()
         for how in ("sftp", "stream"):  # the transfer alone, no parse
             m = measure_cpu(_self(how)(f"bench0:{log}"), env)
             assert int(m["out"]) == log.stat().st_size, m["out"]
             res[f"{how}_read_s"] = round(m["s"], 3)
-        env = fresh_env(store)
-        local = measure_cpu([*ingest, str(log)], env)
-        res["local_ingest_s"], res["local_ingest_cpu_s"] = round(local["s"], 3), local["cpu_s"]
-        env = fresh_env(store)
-        (store / "config.toml").write_text(toml)
-        m = measure_cpu([*ingest, f"bench0:{log}"], env)
-        assert json.loads(m["out"])["files_by_status"] == {"new": 1}, m["out"]
-        res["remote_ingest_s"], res["remote_ingest_cpu_s"] = round(m["s"], 3), m["cpu_s"]
-        res["remote_ingest_rss_mb"] = round(m["rss_mb"])
-        # N hosts, each its own copy (hard links: one file on disk, N sources in the store)
-        for i in range(hosts):
-            c = OUT / f"host{i}-{log.name}"
-            c.unlink(missing_ok=True)
-            os.link(log, c)
-            copies.append(c)
-            plain.append(OUT / f"local{i}-{log.name}")
-            shutil.copyfile(log, plain[-1])
-        for key, names in (
-            ("hosts", [f"bench{i}:{c}" for i, c in enumerate(copies)]),
-            ("local_copies", [str(c) for c in plain]),
-        ):
-            env = fresh_env(store)
-            (store / "config.toml").write_text(toml)
-            m = measure_cpu([*ingest, *names], env)
-            summary = json.loads(m["out"])["files_by_status"]
-            assert summary == {"new": hosts}, summary
-            res[f"{key}_ingest_s"], res[f"{key}_ingest_cpu_s"] = round(m["s"], 3), m["cpu_s"]
-            res[f"{key}_ingest_rss_mb"] = round(m["rss_mb"])
+        one = lb.ingest([str(log)], None)
+        res["local_ingest_s"], res["local_ingest_cpu_s"] = one["s"], one["cpu_s"]
+        one = lb.ingest([f"bench0:{log}"], None)
+        res["remote_ingest_s"], res["remote_ingest_cpu_s"] = one["s"], one["cpu_s"]
+        res["remote_ingest_rss_mb"] = one["rss_mb"]
+        lb.make_copies()
+        for key in ("hosts", "local_copies"):
+            for jobs, tag in ((1, "_serial"), (None, "")):
+                m = lb.ingest(lb.names(key, hosts), jobs)
+                res[f"{key}{tag}_ingest_s"], res[f"{key}{tag}_ingest_cpu_s"] = m["s"], m["cpu_s"]
+                res[f"{key}{tag}_ingest_rss_mb"] = m["rss_mb"]
     finally:
-        for c in copies + plain:
-            c.unlink(missing_ok=True)
-        sshd.stop()
+        lb.close()
     return res
+
+
+def bench_scaling(log: Path, store: Path, counts: list[int]) -> list[dict]:
+    """Ingest of 1, 2, 4, 8 ... copies of ``log``, local and over the loopback sshd, serial
+    (``--jobs 1``) and parallel (default ``--jobs``), each in a fresh store."""
+    lb = _Loopback(log, store, max(counts))
+    rows = []
+    try:
+        lb.make_copies()
+        for n in counts:
+            row: dict = {"files": n}
+            for where in ("local_copies", "hosts"):
+                for jobs, tag in ((1, "serial"), (None, "parallel")):
+                    row[f"{where}_{tag}"] = lb.ingest(lb.names(where, n), jobs)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    finally:
+        lb.close()
+    return rows
+
+
+def render_scaling(rows: list[dict], mb: int) -> list[str]:
+    one = rows[0]
+    lines = [
+        f"| files ({mb} MB each) | local, `--jobs 1` | local, parallel | over the loopback sshd, "
+        "`--jobs 1` | over the sshd, parallel |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        cells = []
+        for key in (
+            "local_copies_serial",
+            "local_copies_parallel",
+            "hosts_serial",
+            "hosts_parallel",
+        ):
+            m, base = r[key], one[key]
+            cells.append(
+                f"{m['s']:.2f} s wall ({m['s'] / base['s']:.1f}× 1 file), {m['cpu_s']:.2f} s CPU, "
+                f"{m['rss_mb']} MB"
+            )
+        lines.append(f"| {r['files']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def render(res: dict) -> str:
@@ -395,17 +464,28 @@ def render_remote(r: dict) -> list[str]:
         "| ingest | wall | CPU (user + sys) | wall × max(local ingest, ssh cat) | peak RSS |",
         "| --- | --- | --- | --- | --- |",
         row("`forensics ingest bench0:FILE`", "remote"),
-        row(
-            f"`forensics ingest` of {n} hosts (host entries of one sshd, one copy each)",
-            "hosts",
-            f" ({r['hosts_ingest_s'] / r['remote_ingest_s']:.2f} × one host)",
+        *(
+            row(
+                f"`forensics ingest{flag}` of {n} hosts (host entries of one sshd, one copy "
+                f"each), {how}",
+                f"hosts{tag}",
+                f" ({r[f'hosts{tag}_ingest_s'] / r['remote_ingest_s']:.2f} × one host)",
+            )
+            for tag, flag, how in PARALLEL
         ),
-        row(
-            f"`forensics ingest` of the same {n} copies as local files",
-            "local_copies",
-            f" ({r['local_copies_ingest_s'] / local:.2f} × one file)",
+        *(
+            row(
+                f"`forensics ingest{flag}` of the same {n} copies as local files, {how}",
+                f"local_copies{tag}",
+                f" ({r[f'local_copies{tag}_ingest_s'] / local:.2f} × one file)",
+            )
+            for tag, flag, how in PARALLEL
         ),
     ]
+
+
+# (key suffix, flag shown, what) of the serial and parallel N-file rows
+PARALLEL = (("_serial", " --jobs 1", "serial"), ("", "", "parallel (--jobs: the cores)"))
 
 
 def write_docs(text: str) -> None:
@@ -428,6 +508,14 @@ def main() -> int:
         action="store_true",
         help="only the loopback sshd rows (with the local ingest they compare to); prints them",
     )
+    ap.add_argument(
+        "--scaling",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="only ingest of N copies (e.g. 1 2 4 8), local and over the loopback sshd, "
+        "serial (--jobs 1) and parallel; prints the table",
+    )
     ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     ap.add_argument("--tool", nargs=2, metavar=("NAME", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -447,6 +535,8 @@ def main() -> int:
         "load_before": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
         "rows": {},
     }
+    if args.scaling:
+        return _main_scaling(args, cmd, res)
     if args.only_remote:
         log = OUT / f"bench_busy_{args.mb}mb.log"
         if not log.exists() or log.stat().st_size < (args.mb << 20):
@@ -483,6 +573,27 @@ def main() -> int:
     if not args.keep:
         for log in logs.values():
             log.unlink()
+    shutil.rmtree(store, ignore_errors=True)
+    return 0
+
+
+def _main_scaling(args: argparse.Namespace, cmd: str, res: dict) -> int:
+    log = OUT / f"bench_busy_{args.mb}mb.log"
+    if not log.exists() or log.stat().st_size < (args.mb << 20):
+        generate(log, args.mb, "busy")
+    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm cache
+    store = OUT / "store"
+    rows = bench_scaling(log, store, args.scaling)
+    (OUT / "ingest-scaling.json").write_text(json.dumps(rows, indent=2))
+    after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    counts = " ".join(map(str, args.scaling))
+    print(
+        f"`{cmd} --scaling {counts}`: {res['cores']} cores, load {res['load_before']} before, "
+        f"{after} after"
+    )
+    print("\n".join(render_scaling(rows, args.mb)))
+    if not args.keep:
+        log.unlink()
     shutil.rmtree(store, ignore_errors=True)
     return 0
 

@@ -225,3 +225,30 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
     _same_store(serial, home, skip=("verdicts",))
     assert not [d for d in (home / "staging").glob("*")], "staging folders left behind"
     shutil.rmtree(serial)
+
+
+def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch):
+    """Ctrl-C between a file's adoption and its batch's commit: the adopted parts (still in
+    the staging folder) are committed, the files in workers are not, no worker is left and
+    the staging folder is gone."""
+    import forensics.ingest.batch as batch
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(batch, "BATCH_FILES", 1000)
+    monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
+    adopt = batch._Batch._adopt
+
+    def adopt_then_interrupt(self, job, summary):
+        adopt(self, job, summary)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch._Batch, "_adopt", adopt_then_interrupt)
+    logs = [_big_log(tmp_path / f"big{i}.log", 1, i) for i in range(4)]
+    root = tmp_path / "st"
+    s = ingest(Store.open(root), [str(p) for p in logs], jobs=2)
+    assert s.interrupted
+    assert [(f.path, f.committed) for f in s.files] == [(str(logs[0]), True)]
+    assert _children(os.getpid()) == set() or _gone(_children(os.getpid()), 10)
+    st = Store.open(root)
+    assert list(st.sources()) == [s.files[0].source_id] and st.table("runs").height == 1
+    assert not list((root / "staging").glob("*"))

@@ -89,6 +89,7 @@ def ingest(
         raise
     finally:
         batch.stop_pool()
+        batch.remove_staging()  # after the commits: adopted parts are renamed from there
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
@@ -203,6 +204,7 @@ class _Batch:
         self.pool: Any = None  # forensics.ingest.pool.Pool, started for the first big file
         self.pending: list[Any] = []  # pool.Job in input order, not yet adopted
         self._deferring: _Deferring | None = None
+        self.staging: Path | None = None  # the pool's staging folder, once it is stopped
 
     def stored_inodes(self, tx: Any) -> dict:
         """The inode index of the sources committed before this batch (built once)."""
@@ -322,18 +324,23 @@ class _Batch:
         self.adopt(summary, block=True)
 
     def stop_pool(self) -> list[FileOutcome]:
-        """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted."""
+        """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted
+        (their parts stay in the staging folder until ``remove_staging``)."""
         if self.pool is None:
             return []
-        from forensics.store.staging import remove_staging
-
         pool, self.pool = self.pool, None
         pending, self.pending = self.pending, []
-        try:
-            pool.close()
-        finally:
-            remove_staging(pool.staging)
+        self.staging = pool.staging
+        pool.close()
         return [j.out for j in pending]
+
+    def remove_staging(self) -> None:
+        """The staging folder, once the parts adopted from it are committed (or aborted)."""
+        from forensics.store.staging import remove_staging
+
+        if self.staging is not None:
+            remove_staging(self.staging)
+            self.staging = None
 
     def commit(self) -> None:
         if self.tx is None:
