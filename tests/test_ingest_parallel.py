@@ -176,7 +176,7 @@ def test_a_worker_that_dies_fails_its_file_alone(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
+@pytest.mark.parametrize("how", ["kill -9", "ctrl-c", "sigterm"])
 def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_completes(tmp_path, how):
     """kill -9 of the main process: its workers exit (end of their pipe), the store holds
     whole committed batches only; Ctrl-C (SIGINT to the process group, as a terminal sends
@@ -200,11 +200,11 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
     assert p.poll() is None, "the ingest ended before it could be interrupted"
     if how == "kill -9":
         p.send_signal(signal.SIGKILL)
-    else:
-        os.killpg(p.pid, signal.SIGINT)
+    else:  # to the process group, as a terminal's Ctrl-C or `kill -- -PGID`
+        os.killpg(p.pid, signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
     out, err = p.communicate(timeout=120)
     assert _gone(workers), "a worker process outlived the ingest"
-    if how == "ctrl-c":
+    if how != "kill -9":
         assert p.returncode == 130, err
         assert "Traceback" not in err
         said = [line for line in err.splitlines() if line.startswith("Interrupted:")]

@@ -19,14 +19,16 @@ The parse holds the GIL, so N files parse at once only in N processes. The divis
   source records of a serial ingest (only the parts are cut differently).
 
 A worker that raises or dies fails its file alone (status ``failed``, reason ``worker``, one
-warning line, exit 4); the others are still ingested. Workers ignore SIGINT: Ctrl-C reaches
-the main process, which stops them (terminate, join) before it commits what was adopted. A
-worker whose main process is killed reads the end of its pipe and exits.
+warning line, exit 4); the others are still ingested. Workers ignore SIGINT, SIGTERM and
+SIGHUP: the main process handles them as a Ctrl-C (forensics/entry.py) and stops its workers
+(kill, join) before it commits what was adopted. A worker whose main process is killed reads
+the end of its pipe and exits.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,9 @@ from forensics.ingest.outcome import FileOutcome, IngestSummary
 POOL_MIN_BYTES = 16 << 20  # a file parsed by a worker: this many bytes to parse or more (a
 # worker costs ~0.3 s of CPU to start, polars' import: smaller files parse in the main process)
 STOP = None  # the message that ends a worker
+# what a worker ignores (forensics.entry.INTERRUPT_SIGNALS: the main process handles them and
+# stops its workers); a worker still ends at the end of its pipe (its main process is gone)
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def default_jobs() -> int:
@@ -81,12 +86,12 @@ class _Aborted(Exception):
 
 def _worker_entry() -> None:
     """A worker process's main (``_Worker``): its pipe is the fd in argv[1]."""
-    import signal
     import sys
     from multiprocessing.connection import Connection
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked from its start
+    for sig in _SIGNALS:  # Ctrl-C, kill, hang-up: the main process's to handle (it stops us)
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start
     _worker_main(Connection(int(sys.argv[1])))
 
 
@@ -171,7 +176,6 @@ class _Worker:
     module again), joined to this process by a socket pair."""
 
     def __init__(self, threads: int):
-        import signal
         import socket
         import subprocess
         import sys
@@ -182,9 +186,9 @@ class _Worker:
         top = str(Path(__file__).resolve().parents[2])  # where this forensics is imported from
         env["PYTHONPATH"] = os.pathsep.join(p for p in (top, env.get("PYTHONPATH")) if p)
         code = "from forensics.ingest.pool import _worker_entry; _worker_entry()"
-        # started with SIGINT blocked (the mask survives exec), so a Ctrl-C while it imports
+        # started with _SIGNALS blocked (the mask survives exec), so a Ctrl-C while it imports
         # cannot print its traceback; here a Ctrl-C meanwhile is delivered at the unblock
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", code, str(theirs.fileno())],
@@ -286,7 +290,7 @@ class Pool:
                 except OSError:
                     pass
             else:
-                w.proc.terminate()
+                w.proc.kill()  # it ignores SIGTERM
         for w in self.workers:
             _stop(w)
         self.workers = []
