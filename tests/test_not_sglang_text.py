@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -160,3 +161,20 @@ def test_ingest_stores_it_and_names_it_in_a_warning(tmp_path):
     (rep,) = json.loads(res.output)
     assert rep["phase"] is None and rep["comparison"]["closest"] is None
     assert not any("--relaunch" in s for s in rep["next_steps"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="no procfs here")
+def test_a_kernel_pseudo_file_is_refused_not_read_as_an_empty_log(tmp_path):
+    """/proc/self/status stats as 0 bytes: it was read as an empty log ("pre-exec (hung)")."""
+    import os
+
+    from forensics.hosts.local import _pseudo_fs
+
+    assert _pseudo_fs(os.stat("/proc/self/status").st_dev)
+    (tmp_path / "x.log").write_text("")
+    assert not _pseudo_fs(os.stat(tmp_path / "x.log").st_dev)
+    for args in (["classify", "/proc/self/status"], ["diagnose", "x", "--log", "/proc/cpuinfo"]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 2, res.output
+        assert "a file the kernel makes when it is read" in res.output
+        assert "pre-exec" not in res.output

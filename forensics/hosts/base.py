@@ -93,8 +93,14 @@ FILE_KINDS: tuple[tuple[str, Callable[[int], bool], str], ...] = (
     ("chardev", _stat.S_ISCHR, "a character device"),
     ("blockdev", _stat.S_ISBLK, "a block device"),
     ("symlink", _stat.S_ISLNK, "a symbolic link"),
+    # a regular file of /proc, /sys, ...: made by the kernel when read (hosts.local.PSEUDO_FS)
+    ("pseudo", lambda mode: False, "a file the kernel makes when it is read (/proc, /sys)"),
 )
 KIND_TEXT = {name: text for name, _, text in FILE_KINDS}
+KIND_HINT = {  # the fix a refusal suggests, where it is not "give the log file itself"
+    "dir": "name the logs inside it, e.g. {where}/*.log",
+    "pseudo": "copy what it shows into a file first: cat {where} > x.txt",
+}
 
 
 def file_kind(mode: int) -> str:
@@ -108,9 +114,9 @@ def require_regular(st: FileStat, where: str) -> None:
     what = KIND_TEXT.get(st.kind, "not a regular file")
     raise NotRegularFile(
         f"{where}: is {what}, not a regular file" if st.kind != "other" else f"{where}: {what}",
-        hint="give the log file itself (copy a stream to a file first: cat PIPE > x.log)"
-        if st.kind != "dir"
-        else f"name the logs inside it, e.g. {where.rstrip('/')}/*.log",
+        hint=KIND_HINT.get(
+            st.kind, "give the log file itself (copy a stream to a file first: cat PIPE > x.log)"
+        ).format(where=where.rstrip("/")),
     )
 
 

@@ -142,7 +142,32 @@ class LocalHost(Host):
 
 def _file_stat(path: str, st: os.stat_result) -> FileStat:
     kind = file_kind(st.st_mode)
+    if kind == "file" and st.st_size == 0 and _pseudo_fs(st.st_dev):
+        kind = "pseudo"  # /proc/self/status: its text is made when read, its size says 0
     return FileStat(path, st.st_size, st.st_mtime, st.st_ino, kind == "dir", kind)
+
+
+# Filesystems whose files the kernel generates when they are read (their size reads 0; some,
+# such as /proc/kmsg, block): never a log (FILE_KINDS "pseudo").
+PSEUDO_FS = frozenset(
+    {"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "cgroup", "cgroup2"}
+    | {"efivarfs", "bpf", "pstore", "fusectl", "binfmt_misc", "hugetlbfs", "mqueue"}
+)
+
+
+def _pseudo_fs(dev: int) -> bool:
+    """Whether device ``dev`` is a mount of a PSEUDO_FS filesystem (/proc/self/mountinfo)."""
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == want and " - " in line:
+                    if line.split(" - ", 1)[1].split()[0] in PSEUDO_FS:
+                        return True
+    except OSError:  # no /proc (not Linux): nothing is known to be a pseudo file
+        return False
+    return False
 
 
 def _drain(pipe: Any, sink: _Capped) -> None:
