@@ -183,7 +183,9 @@ def lines_frame(python: pl.DataFrame, quick: pl.DataFrame, max_text: int) -> pl.
         rows = quick.select(
             "run_index",
             "line",
-            pl.col("ts").str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us"),
+            pl.col("ts").str.to_datetime(
+                "%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us", cache=False
+            ),
             "rank",
             "kind",
             pl.col("msg").str.slice(0, max_text).alias("text"),

@@ -60,11 +60,11 @@ def read_heads(batch: pl.DataFrame, date_hint: str) -> tuple[pl.DataFrame, int]:
             pl.when(has_frac)
             .then(p.str.extract(r"^\[([\d-]+ [\d:]+\.\d+)", 1))
             .otherwise(p.str.slice(1, 19))
-            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us")
+            .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", strict=False, time_unit="us", cache=False)
         )
     else:  # no fraction anywhere: the same instants, and a format polars parses fastest
         fast_ts = p.str.slice(1, 19).str.to_datetime(
-            "%Y-%m-%d %H:%M:%S", strict=False, time_unit="us"
+            "%Y-%m-%d %H:%M:%S", strict=False, time_unit="us", cache=False
         )
     ts = fast_ts if all_std else pl.when(std).then(fast_ts).otherwise(_general_ts(date_hint))
     return parts.with_columns(ts.alias("ts")), int(n_dec or 0)
