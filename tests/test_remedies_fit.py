@@ -99,6 +99,12 @@ CASES = {
         {"tp_size": 2},
         "--tp-size",
     ),
+    "quantized": (
+        "use a quantized checkpoint, or free GPU memory held by other processes",
+        {"quantization": "fp8"},
+        {"quantization": None},
+        "a quantized checkpoint",
+    ),
     "dist_up": (
         "for slow startups raise --dist-timeout (e.g. {dist_up})",
         None,
@@ -244,3 +250,29 @@ def test_diagnose_of_a_stored_run_fits_its_remedies(tmp_path):
     steps = " | ".join(rep["next_steps"])
     assert "raise --mem-fraction-static" not in steps
     assert "mem_fraction_static is already 0.95" in steps
+
+
+def test_the_launchers_fix_is_fitted_to_the_logs_server_args():
+    """forensics launch names one fix from the log's text (launcher.causes.match_log)."""
+    from forensics.launcher.causes import match_log
+
+    head = "[2026-01-01 00:00:00] server_args=ServerArgs(mem_fraction_static={m}, tp_size=1)\n"
+    tail = "Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    low = match_log(head.format(m=0.5) + tail)
+    assert low["id"] == "capture_failed"
+    assert low["fix"].startswith("mem_fraction_static is already 0.5"), low["fix"]
+    high = match_log(head.format(m=0.9) + tail)
+    assert high["fix"].startswith("lower --mem-fraction-static (e.g. --mem-fraction-static 0.85)")
+
+
+def test_the_report_shows_the_fitted_remedies(tmp_path):
+    shutil.copy(FIXTURES / "sglang_fail_load_kv_oom.log", tmp_path / "kv.log")
+    store = tmp_path / "store"
+    r = CliRunner()
+    assert r.invoke(cli, ["--store", str(store), "ingest", str(tmp_path / "kv.log")]).exit_code == 0
+    out = tmp_path / "r.html"
+    res = r.invoke(cli, ["--store", str(store), "report", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert "mem_fraction_static is already 0.95" in html
+    assert "raise --mem-fraction-static" not in html

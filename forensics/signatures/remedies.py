@@ -184,6 +184,14 @@ SETTINGS: tuple[Setting, ...] = (
         "checkpoint or more nodes",
     ),
     Setting(
+        "quantized",
+        "quantization",
+        r"\ba quantized checkpoint\b",
+        lambda cur, s: bool(cur),
+        instead="the checkpoint is already quantized (quantization={cur}): free the GPU memory "
+        "other processes hold",
+    ),
+    Setting(
         "dist_up",
         "dist_timeout",
         r"\braise --dist-timeout\b",
