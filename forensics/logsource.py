@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import NotALog, StreamDamaged
+from forensics.filekinds import NOT_LOGS
 
 READ_CHUNK = 4 << 20  # bytes of UTF-8 per chunk yielded (ingest's parse unit)
 # a remote file this big or more is streamed (LogSource.raw); a smaller one costs less over
@@ -46,6 +47,11 @@ READ_CHUNK = 4 << 20  # bytes of UTF-8 per chunk yielded (ingest's parse unit)
 STREAM_MIN = 256 << 10
 DECOMP_READ = 256 << 10  # bytes of text asked of a decompressor per call
 HEAD_BYTES = 4096  # the sample that decides the format, the encoding and "binary"
+# A compressed log expands at most BOMB_RATIO times its size on disk, past BOMB_MIN bytes: more
+# is a decompression bomb (4 GB of one repeated line is 100 KB of zstd), read up to there
+# and reported like a damaged stream (what decoded is kept). Real logs compress 5-100x.
+BOMB_RATIO = 1000
+BOMB_MIN = 64 << 20
 
 
 class _Inflater:
@@ -178,15 +184,7 @@ FORMATS: tuple[Format, ...] = (
         feed=256,
         suffix=".lz4",
     ),
-    Format("zip", b"PK\x03\x04", "a zip archive"),
-    Format("7z", b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
-    Format("tar", b"ustar", "a tar archive"),  # magic at offset 257, see _format_of
-    Format("elf", b"\x7fELF", "an ELF executable"),
-    Format("parquet", b"PAR1", "a parquet file (a forensics store part?)"),
-    Format("sqlite", b"SQLite format 3\x00", "an SQLite database"),
-    Format("png", b"\x89PNG\r\n\x1a\n", "a PNG image"),
-    Format("jpeg", b"\xff\xd8\xff", "a JPEG image"),
-    Format("pdf", b"%PDF-", "a PDF document"),
+    *(Format(name, magic, what) for name, magic, what in NOT_LOGS),
 )
 TAR_MAGIC_AT = 257
 # the file-name suffixes of compressed logs, from FORMATS (ingest DIR, run names)
@@ -265,7 +263,11 @@ def looks_binary(head: bytes) -> bool:
     if nul > len(sample) * 0.3 and sample.strip(b"\x00"):
         return True
     ctrl = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
-    return ctrl > len(sample) * 0.1
+    if ctrl > len(sample) * 0.1:
+        return True
+    # random or encrypted bytes: a log with a few bad bytes (P09) is mostly valid UTF-8
+    bad = sample.decode("utf-8", errors="replace").count("\ufffd")
+    return bad > len(sample) * 0.2
 
 
 class _RawStream(io.RawIOBase):
@@ -489,6 +491,9 @@ class LogSource:
                     total += out.tell()
                     yield out.getvalue()
                     out = io.BytesIO()
+                    if total > max(BOMB_MIN, BOMB_RATIO * self.stat.size):
+                        error = _bomb(self.where, fmt, total, self.stat.size)
+                        break
         finally:
             reader.close()
             raw.close()
@@ -511,6 +516,16 @@ def _damaged(where: str, fmt: Format, exc: BaseException, kept: int) -> StreamDa
         truncated=truncated,
         kept=kept,
         hint="recover a complete copy of the log if one exists",
+    )
+
+
+def _bomb(where: str, fmt: Format, total: int, size: int) -> StreamDamaged:
+    return StreamDamaged(
+        f"{where}: {fmt.name} stream expands over {BOMB_RATIO}x its {size:,} bytes "
+        f"(a decompression bomb?); stopped after {total:,} bytes, kept those",
+        truncated=False,
+        kept=total,
+        hint="decompress it yourself if it really is a log",
     )
 
 

@@ -39,6 +39,7 @@ from forensics.store import (
     _crashed_part,
     safe_part_name,
 )
+from forensics.store.manifest import _read_manifest
 
 # what check can find -> (is it damage?, what repair does about it)
 FINDINGS: dict[str, tuple[bool, str]] = {
@@ -314,7 +315,7 @@ def _rebuild(store: Store, rep: CheckReport, stamp: str) -> Manifest:
         "was in the old manifest: set it again with forensics baseline"
     )
     with contextlib.suppress(OSError, ValueError):  # keep the old meta if it still parses
-        old = json.loads(old_manifest.read_text())
+        old = json.loads(_read_manifest(old_manifest))  # bounded: it may be /dev/zero
         if isinstance(old, dict) and isinstance(old.get("meta"), dict):
             man.meta.update(old["meta"])
             rep.actions[-1] = rep.actions[-1].split("; meta")[0] + "; meta kept"

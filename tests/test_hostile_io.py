@@ -215,3 +215,55 @@ def test_ingest_of_a_non_utf8_name_is_a_skip_not_an_internal_error(tmp_path, cap
     assert rc == 0, err
     rc, out, err = run(capsys, "runs", "--json", store=st)
     assert rc == 0 and len(json.loads(out)) == 1, err
+
+
+# --- compressed and binary (class: "Compressed or binary files named .log") ---
+
+
+@pytest.mark.parametrize(
+    "head, what",
+    [
+        (b"Rar!\x1a\x07\x00", "RAR archive"),
+        (b"\x80\x04\x95\x10\x00", "pickle"),
+        (b"\x00asm\x01\x00\x00\x00", "WebAssembly"),
+        (b"GIF89a", "GIF image"),
+        (b"!<arch>\n", "ar archive"),
+        (b"", "binary data"),  # random bytes: most of them not UTF-8
+    ],
+)
+def test_binary_kinds_named_log_are_refused_with_what_they_are(tmp_path, capsys, head, what):
+    f = tmp_path / "x.log"
+    f.write_bytes(head + os.urandom(3000))
+    rc, _, err = run(capsys, "classify", str(f), store=tmp_path / "st")
+    assert rc == 2 and what in one_line_error(err)
+    rc, _, err = run(capsys, "ingest", str(f), store=tmp_path / "st")
+    assert rc == 2 and what in one_line_error(err)
+    assert not (tmp_path / "st" / "manifest.json").exists()  # nothing stored
+
+
+def test_a_log_with_some_bad_bytes_is_still_a_log(tmp_path, capsys):
+    f = tmp_path / "x.log"
+    f.write_bytes(LOG.read_bytes().replace(b"Load weight", b"Load \xff\xfe weight"))
+    rc, out, err = run(capsys, "classify", str(f), store=tmp_path / "st")
+    assert rc == 0 and "capture" in out, err
+
+
+def test_a_decompression_bomb_stops_at_its_cap_and_keeps_what_decoded(
+    tmp_path, capsys, monkeypatch
+):
+    import zstandard
+
+    from forensics import logsource
+
+    monkeypatch.setattr(logsource, "BOMB_MIN", 8 << 20)
+    line = b"[2025-04-28 10:00:02 TP0] Load weight begin. avail mem=70.00 GB\n"
+    data = zstandard.ZstdCompressor(level=3).compress(line * ((40 << 20) // len(line)))
+    f = tmp_path / "bomb.log"
+    f.write_bytes(data)
+    assert len(data) * logsource.BOMB_RATIO < 8 << 20  # it is a bomb at these settings
+    rc, out, err = run(capsys, "ingest", "--json", str(f), store=tmp_path / "st")
+    assert rc in (0, 4), err
+    summary = json.loads(out)
+    assert "decompression bomb" in err + json.dumps(summary), summary.keys()
+    lines = summary["lines_total"]
+    assert 0 < lines * len(line) < 20 << 20  # stopped near the cap, not at 40 MB

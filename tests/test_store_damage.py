@@ -51,7 +51,28 @@ DAMAGE = {
     "missing": None,
     "schema_version_only": '{"schema_version": 1}',
     "truncated": '{"schema_version": 3, "generation": 4, "tables": {"runs": ["a',
+    # third round (issue 14): a manifest of the wrong shape, or one that is not a file
+    "labels_a_string": lambda m: {**m, "tables": {**m["tables"], "labels": "x.parquet"}},
+    "generation_negative": lambda m: {**m, "generation": -5},
+    "sources_not_objects": lambda m: {**m, "sources": {"a": 5}},
+    "symlink_to_dev_zero": "/dev/zero",
+    "a_fifo": "fifo",
 }
+
+
+def _damage(man, how) -> None:
+    if how is None:
+        man.unlink()
+    elif callable(how):
+        man.write_text(json.dumps(how(json.loads(man.read_text()))))
+    elif how == "/dev/zero":  # an endless read, if it were read
+        man.unlink()
+        man.symlink_to(how)
+    elif how == "fifo":  # a read that would block forever
+        man.unlink()
+        os.mkfifo(man)
+    else:
+        man.write_text(how)
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -62,10 +83,7 @@ def test_damaged_store_refuses_reads_and_writes_then_repair_keeps_labels(labeled
     tmp_path, before = labeled
     rows_before = _decode_rows()
     man = home() / "manifest.json"
-    if DAMAGE[damage] is None:
-        man.unlink()
-    else:
-        man.write_text(DAMAGE[damage])
+    _damage(man, DAMAGE[damage])
     listing = files(home())
     for cmd in (["runs"], ["show", "two_launches#1"], ["ingest", str(tmp_path / LOGS[0])]):
         code, _, err = run(capsys, *cmd)

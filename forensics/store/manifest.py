@@ -27,6 +27,61 @@ class StoreDamaged(StoreError):
     """The store has parts but no usable manifest: refuse to read or write it."""
 
 
+# The most bytes a manifest may have (10,000 sources are about 6 MB): a manifest that is a
+# symlink to /dev/zero, or grew without end, is damaged, never read whole.
+MANIFEST_CAP = 512 << 20
+
+
+def _is_names(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _is_table_of_names(v: Any) -> bool:
+    return isinstance(v, dict) and all(_is_names(x) for x in v.values())
+
+
+# What each key of a manifest holds (when present); anything else is a damaged manifest
+# (`"labels": "x.parquet"` was read as the parts "x", ".", "p", … and the labels unlisted).
+MANIFEST_SHAPE: dict[str, Any] = {
+    "tables": _is_table_of_names,
+    "shared": _is_table_of_names,
+    "part_source": lambda v: isinstance(v, dict),
+    "sources": lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
+    "meta": lambda v: isinstance(v, dict),
+    "generation": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "migrations": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+    "trash": _is_names,
+    "legacy_states": lambda v: isinstance(v, dict),
+}
+
+
+def _read_manifest(path: Path) -> bytes:
+    """The manifest's bytes: a regular file (not a symlink, FIFO or device) under the cap."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MANIFEST_CAP:
+            raise ValueError(f"{st.st_size:,} bytes, over the {MANIFEST_CAP:,}-byte cap")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MANIFEST_CAP + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MANIFEST_CAP:
+        raise ValueError(f"over the {MANIFEST_CAP:,}-byte cap")
+    return data
+
+
+def os_errno(exc: OSError) -> str:
+    import errno
+
+    return errno.errorcode.get(exc.errno or 0, "")
+
+
 def safe_part_name(name: str) -> bool:
     """A manifest entry names a file inside its table folder: no '/', no '..', not absolute."""
     return (
@@ -69,10 +124,13 @@ class Manifest:
     def load(cls, path: Path) -> Manifest:
         hint = REPAIR_HINT
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(_read_manifest(path))
         except FileNotFoundError:
             return cls(complete=False)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:  # ELOOP: a symlink (O_NOFOLLOW)
+            cause = "a symlink" if os_errno(exc) == "ELOOP" else (exc.strerror or str(exc))
+            raise StoreDamaged(f"{path}: unreadable store manifest ({cause})", hint=hint) from exc
+        except ValueError as exc:
             raise StoreDamaged(f"{path}: unreadable store manifest ({exc})", hint=hint) from exc
         if not isinstance(raw, dict):
             raise StoreDamaged(
@@ -89,6 +147,11 @@ class Manifest:
                 f"{path}: store schema version {version}, this forensics reads up to "
                 f"{SCHEMA_VERSION} (written by a newer forensics)",
                 hint="use a matching forensics version or a new --store",
+            )
+        wrong = [k for k, ok in MANIFEST_SHAPE.items() if k in raw and not ok(raw[k])]
+        if wrong:
+            raise StoreDamaged(
+                f"{path}: damaged store manifest ({wrong[0]!r} is not of its shape)", hint=hint
             )
         complete = "tables" in raw and "generation" in raw
         try:
