@@ -62,11 +62,8 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     )
     if cand.is_empty():
         return empty(), other
-    cand = (
-        cand.with_columns(t.str.extract_groups(_PREFIX).alias("_p"))
-        .unnest("_p")
-        .rename({"1": "_d", "2": "_t", "3": "_f", "4": "_tags", "5": "msg"})
-        .filter(pl.col("msg").is_not_null() & (pl.col("msg").str.strip_chars() != ""))
+    cand = _prefixed(cand.filter(t.str.contains(_PREFIX))).filter(
+        pl.col("msg").str.strip_chars() != ""
     )
     if cand.is_empty():
         return empty(), other
@@ -100,6 +97,33 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     )
     rest = other.join(bulk.select("line"), on="line", how="anti", maintain_order="left")
     return bulk, rest
+
+
+def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines ``_PREFIX`` matches -> with its groups (``_d``, ``_t``, ``_f``, ``_tags``, ``msg``).
+    The common shape, a date and no fraction (`[2026-11-01 11:00:01 TP3] `), is cut by
+    position (the tags end at the line's first `]`); the others by the regex's groups."""
+    t = pl.col("text")
+    plain = (t.str.slice(5, 1) == "-") & ~t.str.slice(20, 1).is_in([".", ","])
+    cut = t.str.find("]", literal=True)
+    fast = lines.filter(plain).select(
+        "line",
+        "text",
+        t.str.slice(1, 10).alias("_d"),
+        t.str.slice(12, 8).alias("_t"),
+        pl.lit(None, dtype=pl.String).alias("_f"),
+        t.str.slice(20, cut - 20).alias("_tags"),
+        t.str.slice(cut + 2).alias("msg"),
+    )
+    rest = lines.filter(~plain)
+    if rest.is_empty():
+        return fast
+    rest = (
+        rest.with_columns(t.str.extract_groups(_PREFIX).alias("_p"))
+        .unnest("_p")
+        .rename({"1": "_d", "2": "_t", "3": "_f", "4": "_tags", "5": "msg"})
+    )
+    return pl.concat([fast, rest.select(fast.columns)]).sort("line")
 
 
 _SCHEMA = {
