@@ -49,3 +49,37 @@ def test_every_fixture_parses_to_the_frozen_rows_through_the_fast_split(monkeypa
     want = json.loads(GOLDEN.read_text())["repo"]
     assert diff(want, digests(repo_logs())) == []
     assert sum(calls) > 250  # the fast path was taken, on most chunks
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "[2026-11-01 11:00:01] ",
+                "[2026-11-01 11:00:01 TP3] ",
+                "[2026-11-01 11:00:01 DP1 TP13 EP2] ",
+                "[2026-11-01 11:00:01.123 TP3] ",
+                "[2026-11-01 TP1] ",
+                "[2026-11-01 11:00:01 TP3]  ",
+                "[2026-11-01 11:00:01 TPx] ",
+                "[11:00:01 TP3] ",
+                "x [2026-11-01 11:00:01 ATTN_CP4 MOE_DP0 PP1] ",
+                "[2026-11-01 11:00:01 TP\u0663] ",
+            ]
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_rank_cut_by_position_is_the_regex_rank(prefixes):
+    """extract_batch's rank: cut by position when every head is SGLang's plain one, else the
+    regex; both give what the regex gives (issue 15)."""
+    import polars as pl
+
+    from forensics_parsers.sglang import metrics
+
+    df = pl.DataFrame({"prefix": prefixes})
+    got = df.select(metrics._rank(df))["prefix"].to_list()
+    regex = pl.col("prefix").str.extract(metrics._RANK, 1).str.strip_chars().fill_null("")
+    assert got == df.select(regex)["prefix"].to_list()

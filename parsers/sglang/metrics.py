@@ -158,13 +158,7 @@ def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFram
         parts = parts.with_columns(
             pl.lit(None, dtype=pl.Int64).alias("iter"), a.str.slice(2).alias("rest")
         )
-    parts = parts.drop("text", "_after", "_pos").with_columns(
-        pl.col("prefix")
-        .str.extract(r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]", 1)
-        .str.strip_chars()
-        .fill_null("")
-        .alias("rank"),
-    )
+    parts = parts.drop("text", "_after", "_pos").with_columns(_rank(parts).alias("rank"))
     out = []
     for which, fields, schema in (
         ("Decode", DECODE_FIELDS, DECODE_SCHEMA),
@@ -181,6 +175,24 @@ def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFram
         res = pl.concat(frames_, how="vertical_relaxed") if len(frames_) > 1 else frames_[0]
         out.append(res.sort("line") if len(frames_) > 1 else res)
     return out[0], out[1]
+
+
+_RANK = r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]"  # the rank tags, first match in the prefix
+# SGLang's own head, `[YYYY-MM-DD HH:MM:SS( TPn...)] `: its tags are the first match of _RANK
+# (the only spaces before them are followed by digits), so they are cut by position
+_PLAIN_HEAD = (
+    r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+    r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)[0-9]+)*\] $"  # (ASCII: a byte per character)
+)
+
+
+def _rank(parts: pl.DataFrame) -> pl.Expr:
+    """Each line's rank tags (`TP3`, `DP1 TP3`; "" without): cut by position where every
+    prefix has SGLang's own plain head (a match test, no capture), else by _RANK."""
+    p = pl.col("prefix")
+    if parts.select(p.str.contains(_PLAIN_HEAD).all()).item():
+        return p.str.slice(20, p.str.len_bytes() - 22).str.strip_chars().fill_null("")
+    return p.str.extract(_RANK, 1).str.strip_chars().fill_null("")
 
 
 def _fields_general(sub: pl.DataFrame, fields: list, schema: dict) -> pl.DataFrame:
