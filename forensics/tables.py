@@ -36,6 +36,10 @@ class Table:
     schema: dict[str, Any]
     per_source: bool  # rows come from one log (part source = its source id) and are rebuilt
     written_by: str  # the module that appends it
+    # its text did not come through the parser (which redacts once, parsers/secrets.py): every
+    # String column is redacted here, on append (a chain's `--api-key X` in the journal, a
+    # recipe's in launches, a results file's URL in bench)
+    redact: bool = False
 
 
 SOURCE_COLUMNS = {"source_id": pl.String}
@@ -150,9 +154,9 @@ TABLES: dict[str, Table] = {
         Table("states", STATE_SCHEMA, True, "forensics.ingest (read only by ingest)"),
         Table("verdicts", VERDICT_SCHEMA, False, "forensics.classifier (a cache)"),
         Table("labels", LABEL_SCHEMA, False, "forensics.classifier (forensics label)"),
-        Table("launches", LAUNCH_SCHEMA, False, "forensics.launcher"),
-        Table("journal", dict(JOURNAL_SCHEMA), False, "forensics.launcher"),
-        Table("sweep_journal", SWEEP_JOURNAL_SCHEMA, False, "forensics.sweep.journal"),
+        Table("launches", LAUNCH_SCHEMA, False, "forensics.launcher", redact=True),
+        Table("journal", dict(JOURNAL_SCHEMA), False, "forensics.launcher", redact=True),
+        Table("sweep_journal", SWEEP_JOURNAL_SCHEMA, False, "forensics.sweep.journal", redact=True),
         Table(
             "bench",
             _union(
@@ -162,14 +166,16 @@ TABLES: dict[str, Table] = {
             ),
             False,
             "forensics.bench.storage, forensics.bench_results (imported results files)",
+            redact=True,
         ),
         Table(
             "bench_requests",
             _union(BENCH_REQUEST_SCHEMA, IMPORTED_REQUEST_SCHEMA),
             False,
             "forensics.bench.storage, forensics.bench_results",
+            redact=True,
         ),
-        Table("bench_health", BENCH_HEALTH_SCHEMA, False, "forensics.bench.storage"),
+        Table("bench_health", BENCH_HEALTH_SCHEMA, False, "forensics.bench.storage", redact=True),
     )
 }
 
@@ -199,7 +205,16 @@ def conform(table: str, df: pl.DataFrame) -> pl.DataFrame:
             f"table {table!r}: column {col!r} is {dtype}, its declared type is {want}",
             hint="cast it in the writer, or change the declaration with a migration",
         )
-    return df.with_columns(casts) if casts else df
+    df = df.with_columns(casts) if casts else df
+    return _redacted(df) if spec.redact else df
+
+
+def _redacted(df: pl.DataFrame) -> pl.DataFrame:
+    """Every String column through the parser's one redaction (parsers/secrets.py)."""
+    from forensics_parsers.secrets import redact_lines
+
+    texts = [c for c, t in df.schema.items() if t == pl.String]
+    return df.with_columns(redact_lines(df[c])[0].alias(c) for c in texts) if texts else df
 
 
 __all__ = ["TABLES", "Table", "StoreSchemaError", "conform"]

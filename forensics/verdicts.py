@@ -93,6 +93,24 @@ def explained(store: Store, run: dict[str, Any]):
     return classify_stored(store, run["source_id"], int(run["run_index"]))
 
 
+def unverdicted(store: Store) -> set[str]:
+    """The sources of runs with no stored verdict: an ingest interrupted (Ctrl-C, SIGTERM)
+    between its commit and its verdict step. The next ingest classifies them, so every
+    read does not classify them again in memory."""
+    from forensics.runs import base_runs
+
+    runs = base_runs(store)
+    if runs.is_empty():
+        return set()
+    df = store.table(TABLE)
+    done = (
+        df.select("run_id")
+        if "run_id" in df.columns
+        else pl.DataFrame(schema={"run_id": pl.String})
+    )
+    return set(runs.join(done, on="run_id", how="anti")["source_id"].to_list())
+
+
 def stored_verdicts(store: Store, runs: pl.DataFrame) -> pl.DataFrame:
     """COLUMNS for the runs of ``runs`` (run_id, source_id, run_index): stored, else computed
     in memory (not written)."""

@@ -199,6 +199,11 @@ def test_sigterm_mid_ingest_is_an_interrupt(tmp_path, sig):
     runs = subprocess.run([*cmd, "runs", "--json"], env=env, capture_output=True, check=True)
     ids = [r["run_id"] for r in json.loads(runs.stdout)]
     assert len(ids) == len(set(ids)) == 40
+    # the re-ingest also stored the verdicts an interrupted verdict step left out
+    from forensics.store import Store
+    from forensics.verdicts import unverdicted
+
+    assert unverdicted(Store.open(tmp_path / "st")) == set()
 
 
 # --- odd names (class: "Non-regular inputs and names") ---
@@ -267,3 +272,22 @@ def test_a_decompression_bomb_stops_at_its_cap_and_keeps_what_decoded(
     assert "decompression bomb" in err + json.dumps(summary), summary.keys()
     lines = summary["lines_total"]
     assert 0 < lines * len(line) < 20 << 20  # stopped near the cap, not at 40 MB
+
+
+@pytest.mark.parametrize("table", ["journal", "launches"])
+def test_tables_written_outside_the_parser_are_redacted_on_append(tmp_path, table):
+    """Secrets class: a relaunch's journal (the chain's commands) and a launch's recipe reach
+    the store through Transaction.append, not the parser: forensics.tables marks them
+    `redact` and every text column is redacted there."""
+    from forensics.store import Store
+    from forensics.tables import TABLES
+
+    col = {"journal": "cmd", "launches": "recipe"}[table]
+    text = 'python -m sglang.launch_server --api-key Key0050 {"hf_token": "hf_Tok0051abcdefgh"}'
+    row = {c: None for c in TABLES[table].schema} | {col: text, "launch_id": "L1"}
+    st = Store.open(tmp_path / "st")
+    with st.transaction() as tx:
+        tx.append(table, pl.DataFrame([row], schema=TABLES[table].schema))
+    blob = store_text(tmp_path / "st")
+    assert "Key0050" not in blob and "Tok0051" not in blob
+    assert "launch_server --api-key «redacted:" in st.table(table)[col][0]

@@ -63,10 +63,11 @@ def ingest(
         batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts)
-        changed = {f.source_id for f in summary.files if f.status in CHANGED}
-        if changed:
-            from forensics.verdicts import refresh
+        from forensics.verdicts import refresh, unverdicted
 
+        changed = {f.source_id for f in summary.files if f.status in CHANGED}
+        changed |= unverdicted(store)  # an earlier ingest interrupted before this step
+        if changed:
             unplaced: set[str] = set()
             refresh(store, changed, unplaced=unplaced)
             summary.warnings += [
