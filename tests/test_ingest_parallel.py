@@ -213,7 +213,8 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
         assert p.returncode == -signal.SIGKILL
     st = Store.open(home)
     n = len(st.sources())
-    assert n >= 2 and n % 2 == 0  # whole batches only
+    # kill -9: whole batches only; an interrupt also commits the files adopted since the last
+    assert n >= 2 and (n % 2 == 0 or how != "kill -9")
     runs = st.table("runs")
     assert runs.height == n and runs.select("source_id", "run_index").is_duplicated().sum() == 0
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
