@@ -200,3 +200,24 @@ def test_symlinked_table_folder_is_refused_and_set_aside(labeled, capsys, tmp_pa
     assert run(capsys, "store", "repair")[0] == 0
     assert elsewhere.is_dir() and not tdir.exists()
     assert run(capsys, "show", "two_launches#1")[0] == 0
+
+
+def test_a_part_of_another_tables_schema_is_quarantined_not_an_internal_error(labeled, capsys):
+    """Damaged-store class (third round): the runs part and the states part swapped (or any
+    part copied over another table's) was read as that table: every command was an internal
+    error. Each part is checked against its table's declared schema on read (C03 quarantine);
+    a re-ingest restores the rows; the label is kept."""
+    tmp_path, before = labeled
+    a = next((home() / "tables" / "runs").glob("*.parquet"))
+    b = next((home() / "tables" / "states").glob("*.parquet"))
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    code, _, err = run(capsys, "runs")
+    assert code == 0 and "internal error" not in err
+    assert "quarantined" in err
+    assert run(capsys, "ingest", *(str(tmp_path / n) for n in LOGS))[0] == 0
+    code, out, err = run(capsys, "runs", "--json")
+    after = {r["name"]: r["phase"] for r in json.loads(out)}
+    assert set(after) == {r["name"] for r in before}
+    assert after["sglang_fail_capture"] == "load"  # the label survived

@@ -177,6 +177,8 @@ class Store:
         """All committed rows of a table (an empty frame when it has none)."""
         import polars as pl
 
+        from forensics.tables import TABLES, conform
+
         self.manifest_generation_check()
         man = self.manifest()
         if name in self._cache:
@@ -193,7 +195,10 @@ class Store:
             try:
                 if p.is_symlink():
                     raise StoreError(f"{p}: the part is a symlink (refused)")
-                frames.append(pl.read_parquet(p))
+                # a part of another table's schema (swapped, copied) is corrupt here
+                frames.append(
+                    conform(name, pl.read_parquet(p)) if name in TABLES else pl.read_parquet(p)
+                )
             except FileNotFoundError as exc:
                 if self._lock_depth:
                     raise StoreError(
