@@ -151,7 +151,7 @@ def _from_row(row: dict[str, Any], source: str, exp: str) -> Baseline:
 
 def find_run(points: pl.DataFrame, ref: str, what: str = "--baseline") -> dict[str, Any]:
     """The run ``ref`` means (the one name rule, :func:`forensics.runs.filter_match`), newest."""
-    from forensics.runs import filter_match
+    from forensics.runs import filter_match, only_one
 
     if points.is_empty():
         raise RunNotFound(f"{what} {ref}: no runs in the store", hint="forensics ingest LOGS")
@@ -162,7 +162,7 @@ def find_run(points: pl.DataFrame, ref: str, what: str = "--baseline") -> dict[s
             f"{what} {ref}: no run matches (runs: {names})",
             hint="--baseline NAME or --baseline TOK_S (e.g. --baseline 90)",
         )
-    return hit.sort("order", descending=True).row(0, named=True)
+    return only_one(hit.sort("order", descending=True), ref, f"{what} {ref}")
 
 
 def resolve(

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from forensics.cli_common import echo_json, fmt_cell, get_store
+from forensics.cli_common import PORT, OptionRule, echo_json, fmt_cell, get_store, option_rules
 from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, ForensicsError, PartialFailure
 from forensics.urls import redact_url
 
@@ -35,7 +35,7 @@ def _progress_line(p: Any) -> str:
     "--run", "run_name", help="Attach the result to this run (default: the run on that port)."
 )
 @click.option(
-    "--port", type=int, help="Port when TARGET is a host (default: the run's, else 30000)."
+    "--port", type=PORT, help="Port when TARGET is a host (default: the run's, else 30000)."
 )
 @click.option(
     "--api",
@@ -86,6 +86,24 @@ def _progress_line(p: Any) -> str:
 )
 @click.option("--no-store", is_flag=True, help="Do not store the result.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@option_rules(
+    OptionRule(
+        "port",
+        refused=lambda p: "://" in p["target"],
+        why="--port is for a host TARGET; a URL carries its own port (http://HOST:PORT)",
+    ),
+    OptionRule(
+        "direct",
+        refused=lambda p: "://" in p["target"],
+        why="--direct is for a configured host TARGET; a URL is always reached directly",
+    ),
+    OptionRule(
+        "model",
+        refused=lambda p: p["api"] == "native",
+        why="--model is the OpenAI `model` field; --api native (/generate) sends none "
+        "(add --api openai)",
+    ),
+)
 @click.pass_context
 def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int | None, **kw: Any):
     """Benchmark an SGLang server: single stream (default), --concurrency N, or --rate R.
@@ -102,6 +120,7 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     """
     from forensics import bench
 
+    bench.BenchConfig(url="http://127.0.0.1:1", **_config_options(kw)).validate()  # before lookups
     as_json = kw.pop("as_json")
     no_store = kw.pop("no_store")
     direct = kw.pop("direct")
@@ -143,6 +162,11 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         if warning:
             click.echo(warning, err=True)
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
+
+
+def _config_options(kw: dict[str, Any]) -> dict[str, Any]:
+    drop = ("as_json", "no_store", "direct", "no_flush")
+    return {k: v for k, v in kw.items() if k not in drop}
 
 
 def _measure(bench: Any, tgt: Any, kw: dict[str, Any], *, quiet: bool) -> tuple[Any, Any]:
@@ -187,11 +211,12 @@ def _store_result(
 def _run_with_progress(bench: Any, cfg: Any, *, quiet: bool, label: str | None = None) -> Any:
     if quiet or not sys.stderr.isatty():
         return bench.run_bench(cfg, handle_signals=True)
-    from rich.console import Console
     from rich.live import Live
     from rich.text import Text
 
-    console = Console(stderr=True)
+    from forensics.terminal import console as make_console
+
+    console = make_console(stderr=True)
     with Live(Text("starting…"), console=console, transient=True, refresh_per_second=4) as live:
 
         def cb(p: Any) -> None:
@@ -205,11 +230,13 @@ def _ms(v: float | None) -> str:
 
 
 def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from forensics.terminal import console as make_console
 
     s = rep.summary
-    console = Console()
+    console = make_console()
     head = bench.baseline_text(s["output_tok_s"], baseline)
     where = f" · run {rep.run_name}" if rep.run_name else ""
     mode = rep.config.mode + (
@@ -218,7 +245,9 @@ def _render(bench: Any, rep: Any, baseline: dict | None, *, stored: bool) -> Non
     if rep.config.mode == "rate":
         mode += f" {rep.config.rate:g} req/s"
     via = f" via {rep.via}" if rep.via else ""
-    console.print(f"[bold]{head}[/bold]  ({rep.config.url}{via}, {rep.config.api}, {mode}{where})")
+    console.print(
+        Text.assemble((head, "bold"), f"  ({rep.config.url}{via}, {rep.config.api}, {mode}{where})")
+    )
     t = Table(show_header=True, header_style="bold")
     for col in ("figure", "mean", "p50", "p90", "p99"):
         t.add_column(col, justify="left" if col == "figure" else "right")

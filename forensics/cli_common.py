@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -50,14 +53,84 @@ class Number(click.ParamType):
         return v
 
     def _range(self) -> str:
-        if self.low is not None and self.high is not None:
-            return f"{self.low:g} to {self.high:g}"
-        return f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+        if self.high is None:
+            return f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+        if self.open_low:
+            return f"more than {self.low:g} and at most {self.high:g}"
+        return f"{self.low:g} to {self.high:g}"
 
 
-POSITIVE = Number(0, open_low=True)  # seconds, speeds: more than 0
-NON_NEGATIVE = Number(0)
+# Seconds (deadlines, waits, grace) and speeds: finite, and at most 30 days: a wait of 1e308 s
+# is no wait a person means (and overflows the timers). Every numeric option of every command
+# has a high bound (tests/test_cli_flags.py walks them).
+MAX_SECONDS = 30 * 86400.0
+POSITIVE = Number(0, MAX_SECONDS, open_low=True)  # more than 0
+NON_NEGATIVE = Number(0, MAX_SECONDS)
 PORT = Number(1, 65535, integer=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionRule:
+    """A row of a command's option table: ``option`` (a parameter name), when given, needs
+    one of ``needs`` given too, none of ``excludes``, and not ``refused(params)``; else exit 2
+    (``why``, or a sentence made from the row). A flag a command would ignore is refused, never
+    dropped in silence."""
+
+    option: str
+    needs: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    refused: Callable[[dict[str, Any]], bool] | None = None
+    why: str = ""
+
+
+def option_rules(*rules: OptionRule):
+    """Check a command's OptionRule rows after click parsed it, before its body runs (so a
+    bad combination is exit 2 before anything is looked up)."""
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any):
+            ctx = click.get_current_context()
+            for rule in rules:
+                _check_rule(ctx, rule)
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    return deco
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    from click.core import ParameterSource
+
+    source = ctx.get_parameter_source(name)
+    value = ctx.params.get(name)
+    if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        return value not in (None, False, ())
+    return False
+
+
+def _shown(ctx: click.Context, name: str) -> str:
+    for p in ctx.command.params:
+        if p.name == name:
+            return p.opts[-1] if isinstance(p, click.Option) else p.human_readable_name
+    return name
+
+
+def _check_rule(ctx: click.Context, rule: OptionRule) -> None:
+    if not _given(ctx, rule.option):
+        return
+    opt = _shown(ctx, rule.option)
+    if rule.needs and not any(_given(ctx, n) for n in rule.needs):
+        wanted = " or ".join(_shown(ctx, n) for n in rule.needs)
+        raise click.UsageError(rule.why or f"{opt} goes with {wanted}", ctx)
+    for other in rule.excludes:
+        if _given(ctx, other):
+            raise click.UsageError(
+                rule.why or f"{opt} and {_shown(ctx, other)} do not go together", ctx
+            )
+    if rule.refused is not None and rule.refused(ctx.params):
+        raise click.UsageError(rule.why or f"{opt} does not apply here", ctx)
 
 
 def get_store(ctx: click.Context, *, create: bool = True) -> Store:
@@ -175,11 +248,11 @@ def fmt_cell(value: Any) -> str:
 def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, ...] = ()) -> None:
     """A frame as a rich table that fits the terminal (see forensics.cli_table). Cells are
     plain text: ``[s]glang`` prints as typed, never as markup."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from forensics.cli_table import layout, terminal_width
+    from forensics.terminal import console as make_console
 
     width = terminal_width()
     cells = [[fmt_cell(v) for v in row] for row in df.iter_rows()]
@@ -195,7 +268,7 @@ def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, 
         )
     for row in cells:
         table.add_row(*(Text(row[k]) for k in plan.shown))
-    console = Console(width=width)
+    console = make_console(width=width)
     console.print(table)
     if plan.hidden:
         console.print(
@@ -206,25 +279,43 @@ def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, 
         )
 
 
+def chosen_format(params: dict[str, Any]) -> str:
+    """The one output format --json / --csv / --format ask for (format_option's parameters);
+    two different ones are a usage error."""
+    asked = {v for v in (params.get("fmt_json"), params.get("fmt_csv")) if v}
+    if params.get("fmt") not in (None, "table"):
+        asked.add(params["fmt"])
+    if len(asked) > 1:
+        raise click.UsageError(f"--{' and --'.join(sorted(asked))} ask for two formats: give one")
+    return asked.pop() if asked else "table"
+
+
 def format_option(*, csv: bool = True):
-    """--json / --csv flags folded into one `fmt` parameter."""
+    """--json / --csv flags and --format folded into one `fmt` parameter (chosen_format)."""
     choices = ["table", "json", "csv"] if csv else ["table", "json"]
 
     def deco(f):
-        f = click.option(
-            "--json", "fmt", flag_value="json", help="Print JSON (an array of objects)."
-        )(f)
+        @functools.wraps(f)
+        def merged(*args: Any, **kwargs: Any):
+            fmt = chosen_format(kwargs)
+            kwargs.pop("fmt_json", None)
+            kwargs.pop("fmt_csv", None)
+            kwargs["fmt"] = fmt
+            return f(*args, **kwargs)
+
+        g = click.option(
+            "--json", "fmt_json", flag_value="json", help="Print JSON (an array of objects)."
+        )(merged)
         if csv:
-            f = click.option("--csv", "fmt", flag_value="csv", help="Print CSV.")(f)
-        f = click.option(
+            g = click.option("--csv", "fmt_csv", flag_value="csv", help="Print CSV.")(g)
+        return click.option(
             "--format",
             "fmt",
             type=click.Choice(choices),
             default="table",
             show_default=True,
             help="Output format.",
-        )(f)
-        return f
+        )(g)
 
     return deco
 

@@ -7,10 +7,12 @@ import click
 from forensics.cli_common import (
     POSITIVE,
     Number,
+    OptionRule,
     echo_json,
     emit_frame,
     format_option,
     get_store,
+    option_rules,
     print_launch_result,
 )
 
@@ -270,9 +272,21 @@ def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
 @click.option(
     "--sim", is_flag=True, help="With --relaunch: the simulated server in place of SGLang."
 )
-@click.option("--sim-speed", type=float, default=200.0, show_default=True, hidden=True)
+@click.option("--sim-speed", type=POSITIVE, default=200.0, show_default=True, hidden=True)
 @click.option("--deadline", type=POSITIVE, default=None, help="Seconds to wait for /health.")
 @click.option("--step-deadline", type=POSITIVE, default=None, help="Seconds per chain step.")
+@option_rules(
+    *(
+        OptionRule(o, needs=("relaunch",))
+        for o in ("shell_text", "safe_patterns", "sim", "sim_speed", "deadline", "step_deadline")
+    ),
+    OptionRule(
+        "log_path",
+        excludes=("relaunch",),
+        why="--log diagnoses an existing log; leave it out with --relaunch",
+    ),
+    OptionRule("host", needs=("log_path", "relaunch")),
+)
 @click.pass_context
 def diagnose_cmd(
     ctx: click.Context,
@@ -298,14 +312,6 @@ def diagnose_cmd(
     from forensics import diagnose as dg
 
     store = get_store(ctx)
-    if not relaunch and (shell_text is not None or safe_patterns or sim):
-        raise click.UsageError("--shell, --safe-patterns and --sim go with --relaunch")
-    if not relaunch and (deadline is not None or step_deadline is not None):
-        raise click.UsageError("--deadline and --step-deadline go with --relaunch")
-    if relaunch and log_path is not None:
-        raise click.UsageError("--log diagnoses an existing log; leave it out with --relaunch")
-    if host is not None and not (relaunch or log_path is not None):
-        raise click.UsageError("--host goes with --log PATH or --relaunch")
     if relaunch:
         res = dg.relaunch(
             store,

@@ -9,11 +9,14 @@ import click
 
 from forensics.cli_common import (
     NON_NEGATIVE,
+    OptionRule,
+    chosen_format,
     echo_json,
     emit_frame,
     format_option,
     get_store,
     group_by_option,
+    option_rules,
 )
 
 # The columns `forensics runs` prints as a table (JSON/CSV carry all RUN_COLUMNS).
@@ -144,12 +147,15 @@ def _progress_bar():
     """A bar per file being read (several at once with --jobs), on a terminal."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+    from forensics.terminal import console
+
     bar = Progress(
-        TextColumn("[dim]{task.fields[n]}[/dim] {task.description}"),
+        TextColumn("{task.fields[n]} {task.description}", markup=False),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
         transient=True,
+        console=console(stderr=True),
     )
     tasks: dict[str, int] = {}
 
@@ -166,6 +172,13 @@ def _progress_bar():
 @format_option()
 @click.option("--all-columns", is_flag=True, help="Show every column in the table view.")
 @group_by_option()
+@option_rules(
+    OptionRule(
+        "all_columns",
+        refused=lambda p: chosen_format(p) != "table",
+        why="--all-columns is for the table: --json and --csv always carry every column",
+    )
+)
 @click.pass_context
 def runs_cmd(ctx, match, fmt, all_columns, group_by):
     """One table of every run (filter by a name fragment), with its experiment."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import echo_json, get_store, group_by_option
+from forensics.cli_common import OptionRule, echo_json, get_store, group_by_option, option_rules
 
 BASELINE_HELP = (
     "The baseline: a tok/s figure (90) or a run name/id. "
@@ -24,6 +24,18 @@ def register(cli: click.Group) -> None:
     cli.add_command(experiments_cmd)
 
 
+def _kind_reads(option: str) -> OptionRule:
+    """An option a plot kind does not read is refused (plots.KIND_OPTIONS)."""
+
+    def refused(params: dict) -> bool:
+        from forensics.plots import KIND_OPTIONS
+
+        return option not in KIND_OPTIONS[params["kind"]]
+
+    flag = "--" + option.replace("_", "-")
+    return OptionRule(option, refused=refused, why=f"{flag} does not apply to this plot kind")
+
+
 @click.command("plot")
 @click.argument("kind", type=click.Choice(["trend", "accept", "startup", "decode"]))
 @click.argument("match", required=False)
@@ -38,6 +50,7 @@ def register(cli: click.Group) -> None:
 @click.option("--experiment", metavar="EXP", default=None, help=EXPERIMENT_HELP)
 @group_by_option()
 @click.option("--json", "as_json", is_flag=True, help="Print {kind, path, match} as JSON.")
+@option_rules(*(_kind_reads(o) for o in ("baseline", "experiment", "group_by")))
 @click.pass_context
 def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     """Draw a plot of the runs (MATCH: a run name fragment; for `decode`, the run).

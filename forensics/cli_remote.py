@@ -12,9 +12,11 @@ from forensics.cli_common import (
     NON_NEGATIVE,
     PORT,
     POSITIVE,
+    OptionRule,
     echo_json,
     emit_frame,
     get_store,
+    option_rules,
     print_launch_result,
 )
 
@@ -106,6 +108,22 @@ def _print_findings(name: str, findings: list, skipped: list[str]) -> None:
         )
 
 
+_LAUNCHING = ("shell_text", "name_opt", "host", "log_path", "sim", "sim_fail", "port")
+_WAITING = ("deadline", "step_deadline", "replay", "safe_patterns")
+# Which launch options go together (a flag launch would ignore is exit 2).
+LAUNCH_RULES = (
+    OptionRule(
+        "list_",
+        excludes=("name", *_LAUNCHING, *_WAITING, "check"),
+        why="--list lists the recorded launches: give it alone (with --json)",
+    ),
+    OptionRule("check", excludes=(*_LAUNCHING, *_WAITING)),
+    OptionRule("safe_patterns", needs=("replay",)),
+    OptionRule("sim_speed", needs=("sim",)),
+    OptionRule("sim_fail", needs=("sim",)),
+)
+
+
 @click.command(
     "launch", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
 )
@@ -131,6 +149,7 @@ def _print_findings(name: str, findings: list, skipped: list[str]) -> None:
     help="Re-check launch NAME on its host (pid file, /health) and record what is seen.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@option_rules(*LAUNCH_RULES)
 @click.pass_context
 def launch_cmd(ctx, **opts: Any):
     """Start a server safely: own process group, pid file, log by name, health wait.
@@ -201,8 +220,6 @@ def _check_sim_fail(sim: bool, sim_fail: str | None) -> None:
         return
     from forensics.sim.args import FAIL_MODES
 
-    if not sim:
-        raise click.UsageError("--sim-fail goes with --sim")
     if sim_fail not in FAIL_MODES:
         raise click.BadParameter(
             f"{sim_fail!r} is not a failure the simulator knows (one of: {', '.join(FAIL_MODES)})",

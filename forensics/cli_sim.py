@@ -60,7 +60,9 @@ def serve(args: tuple[str, ...]) -> None:
     help="Drafter per-token acceptance probability.",
 )
 @click.option("--draft-path", default=None, help="Draft model path (its name can set the quality).")
-@click.option("--batch", "bs", type=Number(1, integer=True), default=1, show_default=True)
+@click.option(
+    "--batch", "bs", type=Number(1, 1_000_000, integer=True), default=1, show_default=True
+)
 @click.option("--base-tok-s", type=POSITIVE, default=90.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def model(config_name, steps, topk, ndt, no_cuda_graph, quality, draft_path, bs, base_tok_s, as_json) -> None:  # fmt: skip

@@ -58,7 +58,7 @@ def sweep_group() -> None:
 )
 @click.option(
     "--max-parallel",
-    type=Number(1, integer=True),
+    type=Number(1, 10_000, integer=True),
     help="Slurm jobs in flight at once (default: [slurm] max_parallel, else 2).",
 )
 @click.option(

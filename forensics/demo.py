@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
+from forensics.terminal import console as make_console
 
 OUT = Path(os.environ.get("FORENSICS_DEMO_OUT", "demo-out"))
 # FORENSICS_DEMO_FAST=1: shorter benchmarks (the test suite runs the demo this way)
@@ -47,7 +47,7 @@ BENCH_ARGS = (
     else ["--num-prompts", "4", "--max-new-tokens", "256", "--warmup", "1"]
 )
 
-console = Console(highlight=False, width=max(100, shutil.get_terminal_size((120, 40)).columns))
+console = make_console(highlight=False, width=max(100, shutil.get_terminal_size((120, 40)).columns))
 
 
 def free_port() -> int:
@@ -78,13 +78,13 @@ class Demo:
     # -- output --------------------------------------------------------------------------
     def step(self, title: str, what: str) -> None:
         console.print()
-        console.rule(f"[bold]{title}[/bold]")
+        console.rule(title, style="bold")
         console.print(what)
 
     def cli(self, *args: str, show: bool = True, ok: tuple[int, ...] = (0,)) -> str:
         """Run `forensics ARGS` in the demo folder; print the command and its output."""
         shown = "forensics " + " ".join(shlex.quote(a) for a in args)
-        console.print(f"[cyan]$ {shown}[/cyan]")
+        console.print(f"$ {shown}", style="cyan")
         p = subprocess.run(
             [sys.executable, "-m", "forensics", *args],
             cwd=self.out,
@@ -97,7 +97,7 @@ class Demo:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
         if p.returncode not in ok:
-            console.print(f"[red]exit {p.returncode}[/red]")
+            console.print(f"exit {p.returncode}", style="red")
             raise SystemExit(f"demo: `{shown}` failed with exit {p.returncode}")
         return p.stdout
 
@@ -118,7 +118,7 @@ class Demo:
             where = f"no SSH: {exc} — the remote steps run locally instead"
         (self.out / "forensics.toml").write_text(config)
         console.print(
-            "[bold]forensics demo[/bold]: the seed session (docs/guide.md) replayed on the built-in "
+            "forensics demo: the seed session (docs/guide.md) replayed on the built-in "
             f"simulated SGLang server. Everything lives under {self.out}; {where}."
         )
 
@@ -171,7 +171,7 @@ class Demo:
             .replace("python3 -m sglang.launch_server", f"{sys.executable} -m forensics.sim")
             .replace(f"--port {port}", f"--port {port} --sim-tag {token}")
         )
-        console.print(f"[cyan]$ ssh {self.host or 'localhost'} '{safe}'[/cyan]", markup=True)
+        console.print(f"$ ssh {self.host or 'localhost'} '{safe}'", style="cyan")
         if self.host:
             from forensics.hosts import get_host
 
@@ -194,9 +194,9 @@ class Demo:
         else:
             console.print(f"  the chain exited {rc}")
         time.sleep(1)
-        console.print(f"[cyan]$ tail -50 {log}[/cyan]")
+        console.print(f"$ tail -50 {log}", style="cyan")
         if log.exists():
-            console.print(log.read_text()[-2000:], markup=False)
+            console.print(log.read_text()[-2000:])
         else:
             console.print(f"tail: cannot open '{log}' for reading: No such file or directory")
         # the recipe, as the engineer would write it into forensics.toml to relaunch it
@@ -253,7 +253,7 @@ class Demo:
         else:
             self.cli("sweep", str(mix))
         console.print()
-        console.rule("[bold]done[/bold]")
+        console.rule("done", style="bold")
         console.print(f"finished in {time.monotonic() - self.t0:.0f} s")
 
     def cleanup(self) -> None:

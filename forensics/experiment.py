@@ -197,7 +197,10 @@ def parse_group_by(value: str | list[str] | tuple[str, ...] | None) -> list[str]
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [s.strip().lower() for s in items if s and s.strip()]
     if not names:
-        return list(FIELD_NAMES)
+        raise UsageError(
+            f"--group-by {value!r}: names no field",
+            hint=f"pick from {','.join(FIELD_NAMES)} (or none: one experiment for all runs)",
+        )
     if names == ["none"]:
         return []
     bad = [n for n in names if n not in FIELD_NAMES]

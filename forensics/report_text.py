@@ -104,11 +104,13 @@ def _fmt(v: Any) -> str:
 
 
 def render_show(d: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    c = Console()
-    c.rule(f"[bold]{d['name']}[/bold]  ({d['run_id']})")
+    from forensics.terminal import console
+
+    c = console()
+    c.rule(Text(f"{d['name']}  ({d['run_id']})", style="bold"))
     c.print(
         f"{d['host']}:{d['path']}  lines {d['lines'][0]}–{d['lines'][1]}  started {_fmt(d['started_at'])}"
     )
@@ -148,14 +150,14 @@ def render_show(d: dict[str, Any]) -> None:
             )
         c.print(bt)
     if d["errors"]:
-        c.print("[bold]errors[/bold]")
+        c.print("errors", style="bold")
         for e in d["errors"]:
             what = f"{e['exc_type']}: {e['message']}" if e["exc_type"] else e["message"]
             c.print(f"  line {e['line']}  {e['rank'] or 'main'}  {what}", highlight=False)
     if d["last_lines"]:
-        c.print("[bold]last lines[/bold]")
+        c.print("last lines", style="bold")
         for ln in d["last_lines"]:
-            c.print(f"  {ln['line']:>6}  {ln['text'][:160]}", highlight=False, markup=False)
+            c.print(f"  {ln['line']:>6}  {ln['text'][:160]}", highlight=False)
 
 
 def dumps(d: dict[str, Any]) -> str:

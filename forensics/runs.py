@@ -398,16 +398,22 @@ def find_runs(
 def find_run(store: Store, match: str, *, classify: bool = True, what: str | None = None) -> dict:
     """The one run ``match`` names (find_runs' rules). Several: UsageError (exit 2) listing
     them, never a silent pick. ``what``: how the caller shows the argument (``--run X``)."""
-    df = find_runs(store, match, classify=classify)
-    if df.height > 1:
-        rows = df.head(10).iter_rows(named=True)
+    return only_one(find_runs(store, match, classify=classify), match, what)
+
+
+def only_one(hits: pl.DataFrame, match: str, what: str | None = None) -> dict:
+    """The one row of ``hits`` (runs ``match`` named); several: UsageError (exit 2) listing
+    name, run id and path of each: the one rule of every command that acts on one run (show,
+    plot decode, bench --run, baseline RUN / --baseline RUN, label)."""
+    if hits.height > 1:
+        rows = hits.head(10).iter_rows(named=True)
         names = ", ".join(f"{r['name']} ({r['run_id']}, {r.get('path')})" for r in rows)
-        more = f" and {df.height - 10} more" if df.height > 10 else ""
+        more = f" and {hits.height - 10} more" if hits.height > 10 else ""
         raise UsageError(
-            f"{what or match}: matches {df.height} runs: {names}{more}",
+            f"{what or match}: matches {hits.height} runs: {names}{more}",
             hint="give the exact run name or its run id",
         )
-    return df.row(0, named=True)
+    return hits.row(0, named=True)
 
 
 # Startup segments of the timeline: (name, begin stage, end stage, scope or None for any).

@@ -17,6 +17,7 @@ from forensics.errors import UsageError
 USER_FILE_CAPS: dict[str, int] = {
     "sweep file": 16 * 1024 * 1024,
     "dataset": 2 * 1024 * 1024 * 1024,
+    "config file": 16 * 1024 * 1024,  # forensics.toml, $FORENSICS_HOME/config.toml
 }
 
 
@@ -28,7 +29,7 @@ def read_user_file(path: str | Path, what: str) -> bytes:
     shown = str(path)
     host = LocalHost()
     st = host.stat(shown)
-    require_regular(st, shown)  # a folder, FIFO, socket or device: exit 2 with its kind
+    require_regular(st, shown, what)  # a folder, FIFO, socket or device: exit 2 with its kind
     cap = USER_FILE_CAPS[what]
     if st.size > cap:
         raise UsageError(

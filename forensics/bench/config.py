@@ -42,20 +42,27 @@ BODIES_PER_STATUS = 3
 # --------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------
-# Numeric options: (flag, BenchConfig field, (bound, exclusive, an example)). NaN and inf are
-# refused too: a --deadline of nan would never pass and a --duration of inf never ends.
-BOUNDS: tuple[tuple[str, str, tuple[float, bool, str]], ...] = (
-    ("--rate", "rate", (0, True, "2")),
-    ("--duration", "duration", (0, True, "60")),
-    ("--deadline", "deadline", (0, True, "600")),
-    ("--connect-timeout", "connect_timeout", (0, True, "10")),
-    ("--ttft-timeout", "ttft_timeout", (0, True, "300")),
-    ("--idle-timeout", "idle_timeout", (0, True, "60")),
-    ("--request-timeout", "request_timeout", (0, True, "900")),
-    ("--temperature", "temperature", (0, False, "0")),
-    ("--random-input-len", "random_input_len", (1, False, "512")),
-    ("--max-failure-rate", "max_failure_rate", (0, False, "0.05")),
-    ("--health-every", "health_every", (0, False, "2")),
+# Numeric options: (flag, BenchConfig field, (low bound, exclusive, an example), high bound).
+# NaN and inf are refused too: a --deadline of nan would never pass and a --duration of inf
+# never ends; the high bounds refuse what no benchmark means (`--deadline 1e308` is an
+# overflow in the timers, `--num-prompts 10**30` a prompt list that never fits in memory).
+DAY_S = 86400.0
+BOUNDS: tuple[tuple[str, str, tuple[float, bool, str], float], ...] = (
+    ("--rate", "rate", (0, True, "2"), 1e6),
+    ("--duration", "duration", (0, True, "60"), 7 * DAY_S),
+    ("--deadline", "deadline", (0, True, "600"), 7 * DAY_S),
+    ("--connect-timeout", "connect_timeout", (0, True, "10"), DAY_S),
+    ("--ttft-timeout", "ttft_timeout", (0, True, "300"), DAY_S),
+    ("--idle-timeout", "idle_timeout", (0, True, "60"), DAY_S),
+    ("--request-timeout", "request_timeout", (0, True, "900"), 7 * DAY_S),
+    ("--temperature", "temperature", (0, False, "0"), 100.0),
+    ("--random-input-len", "random_input_len", (1, False, "512"), 10_000_000),
+    ("--max-failure-rate", "max_failure_rate", (0, False, "0.05"), 1.0),
+    ("--health-every", "health_every", (0, False, "2"), DAY_S),
+    ("--concurrency", "concurrency", (1, False, "8"), 100_000),
+    ("--num-prompts", "num_prompts", (1, False, "100"), 10_000_000),
+    ("--max-new-tokens", "max_new_tokens", (1, False, "256"), 10_000_000),
+    ("--warmup", "warmup", (0, False, "1"), 100_000),
 )
 
 
@@ -113,7 +120,7 @@ class BenchConfig:
                 f"{shown}: bad port {parts.netloc.rpartition(':')[2]!r}",
                 hint="use a port 1-65535: http://HOST:PORT",
             )
-        for flag, value, low in BOUNDS:
+        for flag, value, low, high in BOUNDS:
             v = getattr(self, value)
             if v is None:
                 continue
@@ -122,9 +129,13 @@ class BenchConfig:
                 or v in (float("inf"), float("-inf"))
                 or v < low[0]
                 or (low[1] and v == low[0])
+                or v > high
             ):
                 need = f"more than {low[0]:g}" if low[1] else f"at least {low[0]:g}"
-                raise UsageError(f"{flag} {v:g}: must be {need}", hint=f"e.g. {flag} {low[2]}")
+                raise UsageError(
+                    f"{flag} {v:g}: must be {need} and at most {high:g}",
+                    hint=f"e.g. {flag} {low[2]}",
+                )
         if 0 < self.health_every < HEALTH_EVERY_MIN:
             raise UsageError(
                 f"--health-every {self.health_every:g}: 0 (off) or at least "
@@ -133,30 +144,15 @@ class BenchConfig:
             )
         if not self.health_timeout > 0 or math.isinf(self.health_timeout):
             raise UsageError(f"health probe timeout {self.health_timeout:g}: must be positive")
-        if self.max_failure_rate > 1:
-            raise UsageError(
-                f"--max-failure-rate {self.max_failure_rate:g}: a fraction of requests, 0 to 1",
-                hint="e.g. --max-failure-rate 0.05 (5%)",
-            )
         if self.api not in APIS:
             raise UsageError(f"--api {self.api}: unknown API", hint=f"one of {', '.join(APIS)}")
-        if self.concurrency < 1:
-            raise UsageError(f"--concurrency {self.concurrency}: must be at least 1")
-        if self.num_prompts is not None and self.num_prompts < 1:
-            raise UsageError(f"--num-prompts {self.num_prompts}: must be at least 1")
         if self.rate is not None:
-            if self.rate <= 0:
-                raise UsageError(f"--rate {self.rate}: must be positive")
             if self.duration is None and self.num_prompts is None:
                 raise UsageError(
                     "--rate needs --duration S or --num-prompts N to know when to stop"
                 )
         if self.duration is not None and self.rate is None:
             raise UsageError("--duration applies to --rate mode", hint="add --rate R")
-        if self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup {self.warmup}: must be 0 or more")
         if self.dataset and self.random_input_len:
             raise UsageError("--dataset and --random-input-len exclude each other")
 

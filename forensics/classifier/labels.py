@@ -29,20 +29,11 @@ def _has_labels(store) -> bool:
 
 def label(store, match: str, phase: str) -> list[dict[str, Any]]:
     """Record the user's phase for the run(s) matching ``match``; used by the next train."""
-    from forensics.runs import find_runs
+    from forensics.runs import find_run
 
     if phase not in PHASES:
         raise UsageError(f"{phase}: not a phase", hint="one of " + ", ".join(PHASES))
-    hits = find_runs(store, match, classify=False)
-    if len(hits) > 1:
-        exact = hits.filter(pl.col("name") == match)
-        if len(exact) != 1:
-            names = ", ".join(hits["name"].to_list()[:8])
-            raise UsageError(
-                f"{match}: matches {len(hits)} runs ({names})",
-                hint="give the exact run name or run id",
-            )
-        hits = exact
+    hits = pl.DataFrame([find_run(store, match, classify=False)])
     now = dt.datetime.now()
     rows = [
         {

@@ -107,16 +107,20 @@ def file_kind(mode: int) -> str:
     return next((name for name, test, _ in FILE_KINDS if test(mode)), "other")
 
 
-def require_regular(st: FileStat, where: str) -> None:
-    """NotRegularFile (exit 2) unless ``st`` is a regular file."""
+def require_regular(st: FileStat, where: str, expected: str = "log") -> None:
+    """NotRegularFile (exit 2) unless ``st`` is a regular file (``expected``: what the file
+    should have been, for the hint: a log, a sweep file, a config file)."""
     if st.kind == "file":
         return
     what = KIND_TEXT.get(st.kind, "not a regular file")
+    hint = KIND_HINT.get(
+        st.kind, "give the log file itself (copy a stream to a file first: cat PIPE > x.log)"
+    ).format(where=where.rstrip("/"))
+    if expected != "log":
+        hint = f"give the {expected} as a regular file"
     raise NotRegularFile(
         f"{where}: is {what}, not a regular file" if st.kind != "other" else f"{where}: {what}",
-        hint=KIND_HINT.get(
-            st.kind, "give the log file itself (copy a stream to a file first: cat PIPE > x.log)"
-        ).format(where=where.rstrip("/")),
+        hint=hint,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from forensics.errors import ConfigError
 from forensics.hosts.base import DEFAULT_CONNECT_TIMEOUT, MAX_CONNECT_TIMEOUT
+from forensics.userfile import read_user_file
 
 
 @dataclasses.dataclass
@@ -59,6 +60,11 @@ def config_paths() -> list[Path]:
 def parse_address(text: str, *, where: str = "address") -> tuple[str, str, int]:
     """``user@host[:port]`` -> (user, host, port); user defaults to the local user."""
     m = _ADDRESS.match(text.strip())
+    if "$" in text:  # `$USER@host`: the file is data, nothing in it is expanded
+        raise ConfigError(
+            f"{where}: {text!r}: variables are not expanded in forensics.toml",
+            hint="write the user and host as they are: user@host[:port]",
+        )
     if not m:
         raise ConfigError(
             f"{where}: {text!r} is not an address",
@@ -86,10 +92,10 @@ def load_config(paths: list[Path] | None = None) -> dict[str, Any]:
     hosts: dict[str, HostConfig] = {}
     raw: list[tuple[str, dict]] = []
     for path in paths if paths is not None else config_paths():
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        try:  # a FIFO, device or folder is exit 2, a file over its cap too (never a hang)
+            data = tomllib.loads(read_user_file(path, "config file").decode("utf-8-sig"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file") from None
         unknown = sorted(set(data) - set(CONFIG_SECTIONS))

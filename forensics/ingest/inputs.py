@@ -70,8 +70,10 @@ def expand_inputs(
 
 def _candidates(host: Any, text: str, path: str, missing: list[ForensicsError]) -> list[str]:
     """What one input names (a glob's matches, or the path itself); none, with the reason
-    added to ``missing``, when it names nothing."""
-    if _has_magic(path):
+    added to ``missing``, when it names nothing. A path that names an existing file is that
+    file, whatever characters it holds (``[bold]x[s].log``); else one with ``*?[`` is a glob
+    (as ``classify`` and ``diagnose --log`` read their paths)."""
+    if _has_magic(path) and not _exists(host, path):
         try:
             return host.glob(path)
         except InputNotFound:
@@ -97,6 +99,14 @@ def _candidates(host: Any, text: str, path: str, missing: list[ForensicsError]) 
         missing.append(exc)
         return []
     return [path]
+
+
+def _exists(host: Any, path: str) -> bool:
+    try:
+        host.stat(path)
+    except ForensicsError:
+        return False
+    return True
 
 
 def _empty_dir(folder: str, recursive: bool) -> InputNotFound:

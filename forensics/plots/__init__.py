@@ -51,6 +51,13 @@ DRAW: dict[str, Callable[..., Figure]] = {
     "decode": lambda store, match, **opts: plot_decode(store, match or ""),
 }
 KINDS = tuple(DRAW)
+# The options each kind reads (`plot decode RUN --experiment X` is exit 2, not ignored).
+KIND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "trend": ("baseline", "experiment", "group_by"),
+    "accept": ("baseline", "experiment", "group_by"),
+    "startup": ("group_by",),
+    "decode": (),
+}
 
 __all__ = [
     "ACCEPT_AGGREGATE",

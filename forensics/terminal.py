@@ -1,0 +1,21 @@
+"""The one way forensics writes rich output for people: a console that never reads markup.
+
+Run names, paths, log lines and kill patterns are data, and data holds brackets
+(``[s]glang``, a log named ``[bold]x[s].log``); rich would take them for markup and swallow
+them. Every console is made here with ``markup=False``; styles go through ``style=`` or
+``rich.text.Text``, never through ``[bold]…[/bold]`` in a string (tests/test_cli_output.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def console(**kwargs: Any) -> Console:
+    """A rich Console for people's output, markup off (``stderr=True``, ``width=`` as rich)."""
+    from rich.console import Console
+
+    return Console(markup=False, **kwargs)
