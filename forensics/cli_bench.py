@@ -98,6 +98,11 @@ def _progress_line(p: Any) -> str:
         why="--direct is for a configured host TARGET; a URL is always reached directly",
     ),
     OptionRule(
+        "run_name",
+        refused=lambda p: p["no_store"] and "://" in p["target"],
+        why="--run attaches the stored result to a run, and --no-store stores nothing",
+    ),
+    OptionRule(
         "model",
         refused=lambda p: p["api"] == "native",
         why="--model is the OpenAI `model` field; --api native (/generate) sends none "

@@ -52,6 +52,13 @@ def register(cli: click.Group) -> None:
 @click.option("--rules", is_flag=True, help="List the lint rules instead.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too (not only on errors).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@option_rules(
+    OptionRule(
+        "rules",
+        excludes=("name", "shell_text", "host", "strict"),
+        why="--rules lists the rules: give it alone (with --json)",
+    )
+)
 @click.pass_context
 def lint_cmd(ctx, name, shell_text, host, rules, strict, as_json):
     """Check a launch chain or recipe; explain each finding with a safer alternative.

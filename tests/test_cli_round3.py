@@ -87,6 +87,9 @@ def _dead_url() -> str:
         (["bench", "DEAD", "--port", "8000"], "--port"),
         (["bench", "DEAD", "--direct"], "--direct"),
         (["bench", "DEAD", "--model", "m"], "--model"),
+        (["bench", "DEAD", "--no-store", "--run", "two#1"], "--no-store"),
+        (["lint", "--rules", "--strict"], "--rules"),
+        (["lint", "--rules", "--shell", "pkill -f x"], "--rules"),
         # numbers: finite and bounded, checked before any lookup (stop x is not looked up)
         (["stop", "x", "--grace", "1e308"], "--grace"),
         (["ingest", "--lock-timeout", "1e308", "x.log"], "--lock-timeout"),
