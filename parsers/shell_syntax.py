@@ -12,6 +12,8 @@ Not checked: the grammar inside ``[[ … ]]`` and of a ``case``'s patterns.
 
 from __future__ import annotations
 
+import re
+
 from forensics_parsers.shell_lexer import _Tok
 
 _OPERATORS = ("&&", "||", "|", "|&", ";", "&", ";;")
@@ -31,6 +33,7 @@ KEYWORDS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "done": (("do",), None),
     "case": ((), "case"),
     "esac": (("case",), None),
+    "in": (("for x", "case x"), None),  # only in `for x in` / `case x in`, never a command
 }
 CLOSED_BY = {"if": "fi", "then": "fi", "elif": "fi", "else": "fi", "loop": "done", "for": "done",
              "do": "done", "case": "esac"}  # fmt: skip
@@ -48,12 +51,17 @@ _NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", *_BODY_KEYWORDS, *_OPERATOR
 # braces where a command starts; "fdef)": the `()` of a function definition).
 SYNTAX_RULES: dict[str, tuple[str, ...]] = {
     **{op: _NO_COMMAND_YET for op in _OPERATORS},
+    # a `(` after a word: only `NAME()` where a command starts defines a function
+    "(": ("word", "assign", "fname", "redir", *_ENDS),
     ")": ("start", "(", "{", "&&", "||", "|", "|&", "redir"),
     "}": ("{", "&&", "||", "|", "|&", "redir", *_BODY_KEYWORDS),
-    "word": _ENDS,  # `( a ) b`, `{ a; } b`, `fi b`
+    "word": (*_ENDS, "fdef)", "fname"),  # `( a ) b`, `fi b`, `f() b`, `function g b`
+    "assign": (*_ENDS, "fdef)", "fname"),
+    "array": ("word",),  # `a x=(1 2)`: an array only as an assignment before a command
     "\n": ("redir",),
-    "end": ("&&", "||", "|", "|&", "redir"),
+    "end": ("&&", "||", "|", "|&", "redir", "fdef)", "fname"),  # `f()`, `function g`: no body
 }
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _OPENER = {")": "(", "}": "{"}
 
 
@@ -68,16 +76,39 @@ def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
         return word
     if word == "esac" and len(keyed) > 2 and keyed[-3][0] == "case" and keyed[-1][1].value == "in":
         return word  # `case x in esac`
-    if word == "{" and prev == "word" and _after_function_name(keyed):
+    if word == "{" and prev == "fname":
         return word  # `function NAME { …; }`
+    if _after_function(prev, keyed):
+        return "fname"
+    m = _ASSIGNMENT.match(word) if prev != "redir" else None
+    if m:  # NAME=…: an assignment while no command word came yet, else a word (or an error)
+        if _no_command_word(keyed):
+            return "assign"
+        if word[m.end() : m.end() + 1] == "(":
+            return "array"
     return "word"
 
 
-def _after_function_name(keyed: list[tuple[str, _Tok]]) -> bool:
-    """Whether the tokens so far end in `function NAME`, `function` where a command starts."""
-    if len(keyed) < 2 or keyed[-2][1].kind != "word" or keyed[-2][1].value != "function":
+def _no_command_word(keyed: list[tuple[str, _Tok]]) -> bool:
+    """Whether the simple command being read has no command word yet (only assignments and
+    redirections since a command start)."""
+    i = len(keyed) - 1
+    while i >= 0:
+        if keyed[i][0] == "assign":
+            i -= 1
+        elif i >= 1 and keyed[i - 1][0] == "redir":
+            i -= 2  # a redirection and its file
+        else:
+            return keyed[i][0] in _COMMAND_STARTS
+    return True
+
+
+def _after_function(prev: str, keyed: list[tuple[str, _Tok]]) -> bool:
+    """Whether the last token is the word `function` where a command starts (so this word is
+    the function's name)."""
+    if prev != "word" or not keyed or keyed[-1][1].value != "function":
         return False
-    return (keyed[-3][0] if len(keyed) > 2 else "start") in _COMMAND_STARTS
+    return (keyed[-2][0] if len(keyed) > 1 else "start") in _COMMAND_STARTS
 
 
 def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
@@ -94,7 +125,9 @@ def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
             key = "case" + key
         elif key == "(" and k and toks[k - 1].kind == "word" and toks[k + 1 : k + 2]:
             nxt = toks[k + 1]
-            key = "fdef(" if nxt.kind == "op" and nxt.value == ")" else key  # `name ()`
+            named = prev == "fname" or (out[-2][0] if len(out) > 1 else "start") in _COMMAND_STARTS
+            if nxt.kind == "op" and nxt.value == ")" and named:
+                key = "fdef("  # `name ()` where a command starts, `function name ()`
         elif key == ")" and prev == "fdef(":
             key = "fdef)"
         elif t.kind == "word":

@@ -7,6 +7,9 @@ rules' ``replay`` column says."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 from click.testing import CliRunner
 
@@ -171,3 +174,45 @@ def test_lint_cli_exit_codes_for_the_new_rules(tmp_path, monkeypatch):
     warn = f"trap '' TERM; {SERVER}"
     assert run(cli, ["lint", "--shell", warn]).exit_code == 0
     assert run(cli, ["lint", "--strict", "--shell", warn]).exit_code == 1
+
+
+# The shell's own verdict, third round: `in` where a command starts, a `(` after a word (only
+# `NAME()` where a command starts defines a function), an array after the command word, a
+# function with no body (parsers/shell_syntax.py: rows of KEYWORDS and SYNTAX_RULES).
+SYNTAX_CASES = [
+    "in",
+    "while a; do in; done",
+    "echo in",
+    "for i in 1; do a; done",
+    "case x in a) b;; esac",
+    "a (",
+    "fi (",
+    "( a ) ( b )",
+    "a > (",
+    "f() a",
+    "f() ( a )",
+    "f()",
+    "function g",
+    "function g a",
+    "function g { a; }",
+    "function g() { a; }",
+    "a b f()",
+    "x=1 f()",
+    "f() { a; }",
+    "a x=(1 2)",
+    "x=(1 2) a",
+    "x=1 y=(1 2)",
+    "2>&1 x=(1 2)",
+    "a=(1 2) b=3",
+    "cat <(ls) a",
+    "echo $(( 1 + 2 ))",
+    "time (a)",
+    "a && (b)",
+]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("chain", SYNTAX_CASES)
+def test_syntax_verdict_agrees_with_bash(chain):
+    refused = subprocess.run(["bash", "-n", "-c", chain], capture_output=True).returncode != 0
+    assert bool(parse_chain(chain).errors) == refused, chain
