@@ -125,7 +125,6 @@ LAUNCH_RULES = (
         why="--list lists the recorded launches: give it alone (with --json)",
     ),
     OptionRule("check", excludes=(*_LAUNCHING, *_WAITING)),
-    OptionRule("safe_patterns", needs=("replay",)),
     OptionRule("sim_speed", needs=("sim",)),
     OptionRule("sim_fail", needs=("sim",)),
 )

@@ -79,7 +79,6 @@ def _dead_url() -> str:
         (["runs", "--group-by", ""], "--group-by"),
         (["launch", "--list", "--shell", "echo hi"], "--list"),
         (["launch", "x", "--check", "--shell", "echo hi"], "--check"),
-        (["launch", "--shell", "echo hi", "--safe-patterns"], "--replay"),
         (["launch", "--shell", "echo hi", "--sim-speed", "5"], "--sim"),
         (["plot", "decode", "two#1", "--experiment", "x"], "--experiment"),
         (["plot", "decode", "two#1", "--baseline", "90"], "--baseline"),
