@@ -49,31 +49,6 @@ def register(cli: click.Group) -> None:
     cli.add_command(show_cmd)
 
 
-def _progress_bar():
-    """A progress bar per file on stderr (paths printed as they are, never as markup), and
-    the callback ingest reports to."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    from forensics.terminal import console
-
-    bar = Progress(
-        TextColumn("{task.fields[n]} {task.description}", markup=False),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        transient=True,
-        console=console(stderr=True),
-    )
-    tasks: dict[str, int] = {}
-
-    def progress(path: str, i: int, n: int, done: int, total: int) -> None:
-        if path not in tasks:
-            tasks[path] = bar.add_task(path[-60:], total=None, n=f"[{i + 1}/{n}]")
-        bar.update(tasks[path], completed=done, total=total or None)
-
-    return bar, progress
-
-
 @click.command("ingest")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-r", "--recursive", is_flag=True, help="Descend into sub-folders of folders.")
