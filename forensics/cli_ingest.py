@@ -9,6 +9,7 @@ import click
 
 from forensics.cli_common import (
     NON_NEGATIVE,
+    Number,
     OptionRule,
     chosen_format,
     echo_json,
@@ -75,7 +76,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "-j",
     "--jobs",
-    type=click.IntRange(min=1),
+    type=Number(1, 1024, integer=True),
     default=None,
     metavar="N",
     help="Files parsed at once, each in a worker process (default: the number of cores; "
