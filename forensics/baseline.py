@@ -89,15 +89,27 @@ def as_float(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+# The largest baseline figure taken (tok/s): past it the ratios and plots divide by zero.
+MAX_TOK_S = 1e7
+
+
+def valid_tok_s(f: float) -> bool:
+    """A baseline figure: finite, more than 0, at most MAX_TOK_S (--baseline, --tok-s)."""
+    return math.isfinite(f) and 0 < f <= MAX_TOK_S
+
+
 def parse_tok_s(value: str) -> float | None:
-    """'90', '90 tok/s' -> 90.0; a run name -> None; a non-positive figure is refused."""
+    """'90', '90 tok/s' -> 90.0; a run name -> None; a figure outside valid_tok_s is refused."""
     text = value.strip().lower().removesuffix("tok/s").strip()
     try:
         f = float(text)
     except ValueError:
         return None
-    if not math.isfinite(f) or f <= 0:
-        raise UsageError(f"--baseline {value}: tok/s must be a positive number")
+    if not valid_tok_s(f):
+        raise UsageError(
+            f"--baseline {value}: tok/s must be a positive number, at most {MAX_TOK_S:g}",
+            hint="e.g. --baseline 90",
+        )
     return f
 
 
@@ -286,8 +298,11 @@ def set_baseline(
     points = run_points(store)
     exps = [] if points.is_empty() else points["experiment"].unique(maintain_order=True).to_list()
     if tok_s is not None:
-        if not math.isfinite(tok_s) or tok_s <= 0:
-            raise UsageError(f"--tok-s {tok_s}: must be a positive number", hint="--tok-s 90")
+        if not valid_tok_s(tok_s):
+            raise UsageError(
+                f"--tok-s {tok_s:g}: must be a positive number, at most {MAX_TOK_S:g}",
+                hint="--tok-s 90",
+            )
         if experiment is None and len(exps) > 1:
             raise UsageError(
                 f"--tok-s {tok_s}: the store holds {len(exps)} experiments; a baseline belongs "

@@ -97,6 +97,11 @@ def _dead_url() -> str:
         (["bench", "DEAD", "--concurrency", str(10**30)], "--concurrency"),
         (["bench", "DEAD", "--num-prompts", str(10**30)], "--num-prompts"),
         (["bench", "DEAD", "--run", "nope", "--ttft-timeout", "1e308"], "--ttft-timeout"),
+        # a baseline figure is bounded too (1e308 tok/s divided by zero: an internal error)
+        (["advise", "--baseline", "1e308"], "--baseline"),
+        (["plot", "trend", "--baseline", "1e308"], "--baseline"),
+        (["baseline", "--tok-s", "1e308"], "--tok-s"),
+        (["plot", "trend", "-o", ""], "--out"),
     ],
 )
 def test_ignored_or_contradicting_flags_are_usage_errors(capsys, names_store, args, needle):

@@ -106,6 +106,8 @@ def make_plot(
     draw: Any = DRAW.get(kind)
     if draw is None:
         raise UsageError(f"plot {kind}: unknown kind", hint=f"one of {', '.join(KINDS)}")
+    if out is not None and not str(out).strip():
+        raise UsageError("--out '': an empty file name", hint=f"--out forensics-{kind}.png")
     path = Path(out) if out else default_out(kind)
     if path.suffix.lower() not in FORMATS:
         raise UsageError(
