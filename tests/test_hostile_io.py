@@ -291,3 +291,42 @@ def test_tables_written_outside_the_parser_are_redacted_on_append(tmp_path, tabl
     blob = store_text(tmp_path / "st")
     assert "Key0050" not in blob and "Tok0051" not in blob
     assert "launch_server --api-key «redacted:" in st.table(table)[col][0]
+
+
+# --- store correctness (class: a log written while it is ingested, P03) ---
+
+
+def _rows(st: Path) -> dict[str, int]:
+    from forensics.store import Store
+
+    s = Store.open(st)
+    return {t: s.table(t).height for t in ("runs", "lines", "events", "decode", "errors")}
+
+
+@pytest.mark.parametrize(
+    "log, cut",
+    [
+        ("sglang_fail_capture.log", 300),  # inside server_args (the first line)
+        ("sglang_fail_capture.log", 3091),  # mid-line, inside the sniff window
+        ("sglang_baseline.log", 2000),
+        ("sglang_baseline.log", 0.6),  # past the sniff window
+    ],
+)
+def test_a_log_ingested_while_written_then_complete_is_one_run(tmp_path, capsys, log, cut):
+    """A file ingested while its server was still writing it (a small one: still inside the
+    parser's sniff window), then again once complete: the same rows as one ingest of the whole
+    file. It used to resume at offset 0 with a state that had seen the run: two runs."""
+    data = (FIX / log).read_bytes()
+    n = cut if isinstance(cut, int) else int(len(data) * cut)
+    f = tmp_path / "w.log"
+    f.write_bytes(data[:n])
+    assert run(capsys, "ingest", str(f), store=tmp_path / "a")[0] == 0
+    f.write_bytes(data)
+    rc, out, err = run(capsys, "ingest", "--json", str(f), store=tmp_path / "a")
+    assert rc == 0, err
+    ref = tmp_path / "ref.log"
+    ref.write_bytes(data)
+    assert run(capsys, "ingest", str(ref), store=tmp_path / "b")[0] == 0
+    assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
+    phases = [json.loads(run(capsys, "runs", "--json", store=s)[1]) for s in (tmp_path / "a", tmp_path / "b")]
+    assert [r["phase"] for r in phases[0]] == [r["phase"] for r in phases[1]]

@@ -84,7 +84,9 @@ def _one_pass(path: Path, chunk: int | None = None) -> tuple[S.Frames, dict]:
     data = path.read_bytes()
     step = chunk or len(data)
     body = [p.feed(data[i : i + step]) for i in range(0, len(data), step)]
-    state = p.state()
+    # the state at the resume point, as ingest saves it: before finish() parses the pending
+    # bytes (which would change the run records the state holds)
+    state = json.loads(json.dumps(p.state(), default=str))
     return S.Frames.concat([*body, p.finish()]), state
 
 

@@ -4,6 +4,7 @@ rewritten), parse the new bytes from the saved state, buffer its rows as parts."
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,8 +121,15 @@ def _parse_file(
     path = opened.out.path
     parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
     consumed, last_frames = _parse(tx, opened, parser, summary, offset, report)
-    complete_state = parser.state()
     complete_offset = consumed - parser.pending_bytes if not opened.compressed else consumed
+    # the state at the resume point, copied now: finish() below parses the pending bytes and
+    # mutates the parser's run records. Nothing complete yet (a small file still inside the
+    # parser's sniff window, a first line not ended): no state, so a grown file is parsed
+    # again from its start, its rows replaced (it used to resume at 0 with a state that had
+    # seen the run: a second run of the same launch)
+    complete_state = (
+        json.loads(json.dumps(parser.state(), default=str)) if complete_offset else None
+    )
     tail = parser.finish()
     _account(summary, opened.out, tail)
     _stage(tx, opened.out.source_id, tail, opened.out.source_id + "~tail")
