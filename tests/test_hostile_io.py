@@ -328,5 +328,8 @@ def test_a_log_ingested_while_written_then_complete_is_one_run(tmp_path, capsys,
     ref.write_bytes(data)
     assert run(capsys, "ingest", str(ref), store=tmp_path / "b")[0] == 0
     assert _rows(tmp_path / "a") == _rows(tmp_path / "b")
-    phases = [json.loads(run(capsys, "runs", "--json", store=s)[1]) for s in (tmp_path / "a", tmp_path / "b")]
+    phases = [
+        json.loads(run(capsys, "runs", "--json", store=s)[1])
+        for s in (tmp_path / "a", tmp_path / "b")
+    ]
     assert [r["phase"] for r in phases[0]] == [r["phase"] for r in phases[1]]
