@@ -333,3 +333,17 @@ def test_a_log_ingested_while_written_then_complete_is_one_run(tmp_path, capsys,
         for s in (tmp_path / "a", tmp_path / "b")
     ]
     assert [r["phase"] for r in phases[0]] == [r["phase"] for r in phases[1]]
+
+
+def test_plot_to_dev_null_needs_no_extension(tmp_path, capsys):
+    """Output paths: a device takes the image in place (PNG when it has no extension);
+    /dev/null stays the device."""
+    import stat
+
+    st = tmp_path / "st"
+    assert run(capsys, "ingest", str(FIX / "sglang_baseline.log"), store=st)[0] == 0
+    rc, _, err = run(capsys, "plot", "trend", "-o", "/dev/null", store=st)
+    assert rc == 0, err
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    rc, _, err = run(capsys, "plot", "trend", "-o", str(tmp_path / "x"), store=st)
+    assert rc == 2 and "unknown image format" in one_line_error(err)

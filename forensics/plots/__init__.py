@@ -29,6 +29,7 @@ from forensics.plots.layout import (
     FORMATS,
     LABEL_MAX,
     figure_bytes,
+    image_format,
     new_figure,
     safe_text,
     save_figure,
@@ -109,11 +110,7 @@ def make_plot(
     if out is not None and not str(out).strip():
         raise UsageError("--out '': an empty file name", hint=f"--out forensics-{kind}.png")
     path = Path(out) if out else default_out(kind)
-    if path.suffix.lower() not in FORMATS:
-        raise UsageError(
-            f"{path}: unknown image format {path.suffix or '(no extension)'}",
-            hint="end --out with .png or .svg",
-        )
+    image_format(path)  # a bad --out fails before drawing
     fig = draw(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
     save_figure(fig, path)
     return fig, path

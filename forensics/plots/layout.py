@@ -44,17 +44,28 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def save_figure(fig: Figure, out: str | Path) -> Path:
-    """Save as PNG or SVG (by extension) through ``forensics.output.write_output``."""
-    from forensics.output import write_output
+def image_format(path: Path) -> str:
+    """The image format ``path`` names: its extension, else PNG for a device or FIFO written
+    in place (``-o /dev/null``, ``-o /dev/stdout``); else a usage error."""
+    from forensics.output import TARGET_KINDS, target_kind
 
-    path = Path(out)
     fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None and not path.suffix and TARGET_KINDS.get(target_kind(path)) == "in_place":
+        fmt = "png"
     if fmt is None:
         raise UsageError(
             f"{path}: unknown image format {path.suffix or '(no extension)'}",
             hint="end --out with .png or .svg",
         )
+    return fmt
+
+
+def save_figure(fig: Figure, out: str | Path) -> Path:
+    """Save as PNG or SVG (by extension) through ``forensics.output.write_output``."""
+    from forensics.output import write_output
+
+    path = Path(out)
+    fmt = image_format(path)
     check_out_path(path)  # before rendering: a bad --out fails fast
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=110)
