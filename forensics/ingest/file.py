@@ -201,13 +201,15 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and o.hasher.of_file(o.src, prev["size"]) == known
     ):
         state = _saved_state(tx, sid)
-        if state is not None:
-            o.out.status = "grown"
-            # records of a previously unfinished last line, the run summaries and the
-            # resume state are replaced
-            for kind in ("~tail", "~runs", "~state"):
-                tx.drop_source(sid + kind)
-            return prev["offset"], state
+        o.out.status = "grown"
+        if state is None:  # no line was complete at the last ingest: read it whole again
+            tx.drop_source(sid)
+            return 0, None
+        # records of a previously unfinished last line, the run summaries and the
+        # resume state are replaced
+        for kind in ("~tail", "~runs", "~state"):
+            tx.drop_source(sid + kind)
+        return prev["offset"], state
     o.hasher.reset()
     o.out.status = "rewritten"
     tx.drop_source(sid)
