@@ -221,3 +221,17 @@ def test_a_part_of_another_tables_schema_is_quarantined_not_an_internal_error(la
     after = {r["name"]: r["phase"] for r in json.loads(out)}
     assert set(after) == {r["name"] for r in before}
     assert after["sglang_fail_capture"] == "load"  # the label survived
+
+
+def test_tables_folder_replaced_by_a_file_is_a_damaged_store(labeled, capsys, tmp_path):
+    """Damaged-store class (third round): `tables/` replaced by a file was exit 2 "a component
+    of the path is a file" for reads (a usage error about the user's path); it is the store's
+    damage: exit 7 for reads and writes, nothing written."""
+    tdir = home() / "tables"
+    shutil.move(tdir, tmp_path / "tables-aside")
+    tdir.write_text("x")
+    listing = files(home())
+    for cmd in (["runs"], ["ingest", str(tmp_path / LOGS[0])], ["label", "two_launches#1", "ok"]):
+        code, _, err = run(capsys, *cmd)
+        assert code == 7 and "tables folder" in err, (cmd, err)
+    assert files(home()) == listing

@@ -126,6 +126,13 @@ class Store:
                     f"{n} part(s); nothing was read or written",
                     hint=REPAIR_HINT,
                 )
+        tables = self.root / "tables"
+        if man.tables and (tables.is_symlink() or (tables.exists() and not tables.is_dir())):
+            raise StoreDamaged(
+                f"{tables}: is not the store's tables folder (a file or a symlink) while "
+                f"{MANIFEST} lists parts in it",
+                hint=REPAIR_HINT,
+            )
         bad = man.unsafe_parts()
         if bad:
             t, p = bad[0]
