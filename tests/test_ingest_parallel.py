@@ -250,9 +250,12 @@ def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch)
     before = _children(os.getpid())
     s = ingest(Store.open(root), [str(p) for p in logs], jobs=2)
     assert s.interrupted
-    assert [(f.path, f.committed) for f in s.files] == [(str(logs[0]), True)]
+    # the first file went to the worker, and was adopted; the files this process parsed
+    # meanwhile are committed with it; none is listed that the store does not hold
+    assert s.files[0].path == str(logs[0]) and all(f.committed for f in s.files)
     workers = _children(os.getpid()) - before
     assert _gone(workers, 30), f"worker processes {sorted(workers)} outlived the ingest"
     st = Store.open(root)
-    assert list(st.sources()) == [s.files[0].source_id] and st.table("runs").height == 1
+    assert sorted(st.sources()) == sorted(f.source_id for f in s.files)
+    assert st.table("runs").height == len(s.files)
     assert not list((root / "staging").glob("*"))

@@ -186,9 +186,10 @@ def _raise_if_nothing(summary: IngestSummary, results_error: ForensicsError | No
 class _Batch:
     """One store transaction over many files, committed every BATCH_FILES files or
     BATCH_SECONDS seconds; each file has a savepoint, so a file that fails leaves nothing
-    and the files before it are still committed. With ``jobs`` > 1, files of POOL_MIN_BYTES
-    or more to parse go to worker processes (forensics/ingest/pool.py) and are adopted into
-    the batch in input order when their worker is done."""
+    and the files before it are still committed. With ``jobs`` > 1, ``jobs`` files of
+    POOL_MIN_BYTES or more to parse are parsed at once: this process parses one while up to
+    ``jobs`` - 1 worker processes (forensics/ingest/pool.py) parse the others; a worker's file
+    is adopted into the batch, in input order, when the worker is done."""
 
     def __init__(self, store: Store, lock_timeout: float | None, jobs: int = 1):
         self.store = store
@@ -262,15 +263,18 @@ class _Batch:
         opened = _prepare(defer, host, path, summary, self)
         if isinstance(opened, FileOutcome):
             return opened, False
-        if opened.src.stat.size - opened.resume[0] < POOL_MIN_BYTES:
+        big = opened.src.stat.size - opened.resume[0] >= POOL_MIN_BYTES
+        if big and self.pool is None:  # this process is one of the ``jobs`` parsing at once
+            from forensics.ingest.pool import default_jobs
+            from forensics.store.staging import new_staging
+
+            threads = max(1, default_jobs() // self.jobs)
+            self.pool = Pool(self.jobs - 1, new_staging(self.store.root), threads)
+        if not big or not self.pool.room():  # small, or every worker busy: parsed here
             for key in defer.drops:
                 self.tx.drop_source(key)
             _record(self.tx, opened, _parse_file(self.tx, opened, summary, name_pattern, report))
             return opened.out, False
-        if self.pool is None:
-            from forensics.store.staging import new_staging
-
-            self.pool = Pool(self.jobs, new_staging(self.store.root))
         job = Job(opened, list(defer.drops), report)
         self.pool.submit(job, name_pattern)
         self.pending.append(job)

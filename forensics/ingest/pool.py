@@ -4,8 +4,10 @@ staged parts; the ingest's transaction adopts them (forensics/ingest/batch.py).
 The parse holds the GIL, so N files parse at once only in N processes. The division of work:
 
 * **The main process** opens each file, decides what to parse (unchanged, grown, rewritten:
-  ``_prepare``), and reads the bytes through the log source, local or over SSH (one
-  connection per host lives here), feeding the content hash as the serial path does. A
+  ``_prepare``), parses it itself when it is small or every worker is busy (``--jobs N``:
+  this process and N-1 workers), and for a worker's file reads the bytes through the log
+  source, local or over SSH (one connection per host lives here), feeding the content hash as
+  the serial path does. A
   feeder thread per file sends the chunks down a pipe to the file's worker; a worker that
   falls behind blocks its feeder, so memory stays bounded: a chunk in the pipe, one being
   parsed, STAGE_BYTES staged per table and kind (forensics/store/transaction.py).
@@ -214,13 +216,20 @@ class _Worker:
 
 
 class Pool:
-    """Up to ``jobs`` worker processes, started when a file needs one."""
+    """Up to ``jobs`` worker processes, started when a file needs one (``threads``: polars'
+    threads in each)."""
 
-    def __init__(self, jobs: int, staging: Path):
+    def __init__(self, jobs: int, staging: Path, threads: int = 1):
         self.jobs = jobs
         self.staging = staging
-        self._threads = max(1, default_jobs() // jobs)  # polars threads per worker
+        self._threads = threads
         self.workers: list[_Worker] = []
+
+    def room(self) -> bool:
+        """A file given now would start at once: a worker is idle, or one more may start."""
+        self.wait(block=False)
+        self.workers = [w for w in self.workers if w.job is not None or w.alive()]
+        return len(self.workers) < self.jobs or any(w.job is None for w in self.workers)
 
     def submit(self, job: Job, name_pattern: str | None) -> None:
         """Give ``job`` to an idle worker (started if fewer than ``jobs`` run), waiting for one
