@@ -37,21 +37,26 @@ COLUMNS = {
 
 
 def refresh(
-    store: Store, source_ids: Iterable[str] | None = None, *, unplaced: set[str] | None = None
+    store: Store,
+    source_ids: Iterable[str] | None = None,
+    *,
+    unplaced: set[str] | None = None,
+    done_meta: str | None = None,
 ) -> int:
     """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
     (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
     runs were classified; ``unplaced`` collects the source ids of texts that are no SGLang log
-    at all (a verdict with no phase: ingest warns about them)."""
+    at all (a verdict with no phase: ingest warns about them). ``done_meta``: a manifest meta
+    key cleared in the same commit as the verdicts (ingest's pending-verdicts marker)."""
     from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
     from forensics.runs import base_runs
 
     runs = base_runs(store)
-    if runs.is_empty():
-        return 0
-    if source_ids is not None:
+    if source_ids is not None and not runs.is_empty():
         runs = runs.filter(pl.col("source_id").is_in(list(source_ids)))
     if runs.is_empty():
+        if done_meta is not None:
+            store.set_meta(done_meta, None)
         return 0
     model = load_model(store)
     rows = []
@@ -74,6 +79,8 @@ def refresh(
     with store.transaction() as tx:
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(ids))
         tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
+        if done_meta is not None:
+            tx.set_meta(done_meta, None)
     return len(rows)
 
 

@@ -198,3 +198,48 @@ def test_feed_split_then_extract_equals_feed():
     decode, prefill = S.extract_batch(prepared)
     assert_frame_equal(decode, whole.decode)
     assert_frame_equal(prefill, whole.prefill)
+
+
+def test_an_unchanged_reingest_imports_no_polars_and_an_interrupted_verdict_step_is_caught_up(
+    tmp_path,
+):
+    """Issue 15's unchanged re-ingest stays light: the pending-verdicts marker in the manifest
+    (set by the commit of changed logs, cleared with their verdicts) is all it reads, so no
+    polars is imported; with the marker still set (an ingest stopped before its verdict step)
+    the next ingest stores the verdicts that ingest left out."""
+    import json
+    import subprocess
+    import sys
+
+    from forensics.ingest.outcome import VERDICTS_PENDING
+    from forensics.store import Store
+    from forensics.verdicts import TABLE, unverdicted
+
+    log = tmp_path / "x.log"
+    log.write_text((FIX / "sglang_eagle3_cg_5dt.log").read_text())
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    probe = (
+        "import atexit, sys; atexit.register(lambda: print('polars' in sys.modules));"
+        "from forensics.entry import main; main()"
+    )
+
+    def ingest() -> list[str]:
+        p = subprocess.run(
+            [sys.executable, "-c", probe, "ingest", str(log)], env=env, capture_output=True
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout.decode().split()
+
+    assert ingest()[-1] == "True"  # a new log: parsed and classified
+    manifest = tmp_path / "st" / "manifest.json"
+    assert json.loads(manifest.read_text())["meta"].get(VERDICTS_PENDING) is None
+    assert ingest()[-1] == "False"  # unchanged: the manifest alone answers
+    # an ingest stopped between its commit and its verdict step
+    st = Store.open(tmp_path / "st")
+    with st.transaction() as tx:
+        tx.drop_rows(TABLE, pl.lit(False))  # keep none
+        tx.set_meta(VERDICTS_PENDING, True)
+    assert unverdicted(Store.open(tmp_path / "st"))
+    assert ingest()[-1] == "True"
+    assert unverdicted(Store.open(tmp_path / "st")) == set()
+    assert json.loads(manifest.read_text())["meta"].get(VERDICTS_PENDING) is None

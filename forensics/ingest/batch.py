@@ -12,7 +12,13 @@ from forensics.errors import ForensicsError, InputNotFound, UsageError
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, source_id
 from forensics.ingest.inputs import expand_inputs
-from forensics.ingest.outcome import CHANGED, FileOutcome, IngestSummary, _skip
+from forensics.ingest.outcome import (
+    CHANGED,
+    VERDICTS_PENDING,
+    FileOutcome,
+    IngestSummary,
+    _skip,
+)
 from forensics.store import Store
 
 if TYPE_CHECKING:
@@ -63,13 +69,13 @@ def ingest(
         batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts)
-        from forensics.verdicts import refresh, unverdicted
+        if store.get_meta(VERDICTS_PENDING):  # this ingest's batches, or an interrupted one's
+            from forensics.verdicts import refresh, unverdicted
 
-        changed = {f.source_id for f in summary.files if f.status in CHANGED}
-        changed |= unverdicted(store)  # an earlier ingest interrupted before this step
-        if changed:
+            changed = {f.source_id for f in summary.files if f.status in CHANGED}
+            changed |= unverdicted(store)  # an earlier ingest interrupted before this step
             unplaced: set[str] = set()
-            refresh(store, changed, unplaced=unplaced)
+            refresh(store, changed, unplaced=unplaced, done_meta=VERDICTS_PENDING)
             summary.warnings += [
                 f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
             ]
@@ -350,6 +356,8 @@ class _Batch:
     def commit(self) -> None:
         if self.tx is None:
             return
+        if any(f.status in CHANGED for f in self.files):
+            self.tx.set_meta(VERDICTS_PENDING, True)
         cm, self._cm, self.tx = self._cm, None, None
         files, self.files = self.files, []
         t0 = time.monotonic()
