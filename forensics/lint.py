@@ -568,7 +568,18 @@ def lint(recipe: Recipe | str, *, host: Host | None = None) -> list[Finding]:
         findings.extend(rule.check(ctx, rule))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (f.step if f.step is not None else 10**6, order[f.severity]))
-    return findings
+    return [_redacted(f) for f in findings]
+
+
+def _redacted(f: Finding) -> Finding:
+    """A finding quotes the chain (its step, the launching shell's command line): the chain's
+    secrets (--api-key X, HF_TOKEN=…) go through the parser's one redaction, as stored lines do,
+    so no output of lint (text, --json, a refused replay's message) prints them."""
+    from forensics_parsers.secrets import redact
+
+    return dataclasses.replace(
+        f, text=redact(f.text), explanation=redact(f.explanation), alternative=redact(f.alternative)
+    )
 
 
 # Which severities make ``forensics lint`` exit 1 (docs/exit-codes.md).

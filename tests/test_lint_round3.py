@@ -216,3 +216,19 @@ SYNTAX_CASES = [
 def test_syntax_verdict_agrees_with_bash(chain):
     refused = subprocess.run(["bash", "-n", "-c", chain], capture_output=True).returncode != 0
     assert bool(parse_chain(chain).errors) == refused, chain
+
+
+def test_lint_never_prints_the_chains_secrets():
+    """Issue 14, secrets: a finding quotes the chain, and the chain may carry --api-key or an
+    HF token; every finding's text goes through the parser's redaction (text and --json)."""
+    chain = (
+        "pkill -f sglang; HF_TOKEN=hf_abcdefghijklmnopqrstuvwx python3 -m sglang.launch_server "
+        "--api-key SEKRET123 --model-path m > /tmp/x.log 2>&1"
+    )
+    found = lint(chain)
+    assert {f.id for f in found} >= {"cleanup-self-kill", "no-process-group"}
+    for args in (["lint", "--shell", chain], ["lint", "--json", "--shell", chain]):
+        out = CliRunner().invoke(cli, args)
+        assert out.exit_code == 1, out.output
+        assert "SEKRET123" not in out.output and "hf_abcdefghij" not in out.output
+        assert "redacted" in out.output
