@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from forensics import classifier
@@ -111,3 +112,36 @@ def test_a_big_stored_run_is_classified_from_the_view_classify_keeps(tmp_path, f
         streamed.hung,
         streamed.explanation,
     )
+
+
+def test_a_stored_run_of_a_million_stage_lines_is_read_as_head_and_tail(tmp_path, fixtures_dir):
+    """Issue 14, bounded memory: the verdict step read a run's events and errors whole (a
+    300 MB log of one repeated stage line: 1.1 M events, 700 MB peak). Every table but runs
+    is now read through its head-and-tail reduce, part by part: what the analysis sees equals
+    _bounded of the whole tables, and no more than KEEP_ROWS of each."""
+    from forensics.classifier.stream import _bounded
+    from forensics.ingest import ingest
+    from forensics.store import Store
+
+    lines = (fixtures_dir / "sglang_eagle3_cg_5dt.log").read_text().splitlines(keepends=True)
+    store = Store.open(tmp_path / "probe")
+    one = tmp_path / "one.log"
+    one.write_text("".join(lines))
+    ingest(store, [str(one)])
+    event_lines = set(store.table("events")["line"].to_list())
+    stage = next(i for i in range(len(lines)) if i + 1 in event_lines and i > 20)
+    n = classifier.KEEP_ROWS["events"] + 2_000
+    log = tmp_path / "stages.log"
+    log.write_text("".join(lines[: stage + 1] + [lines[stage]] * n + lines[stage + 1 :]))
+    store = Store.open(tmp_path / "store")
+    ingest(store, [str(log)])
+    store = Store.open(tmp_path / "store")  # nothing read yet
+    sid = next(iter(store.sources()))
+    seen = classifier._store_tables(store, sid)
+    # no table but runs was read whole (a whole read is cached under the table's name)
+    assert not {"events", "errors", "lines"} & {k for k in (*store._cache, *store._by_source)}
+    assert len(store.table("events")) > n >= classifier.KEEP_ROWS["events"] >= len(seen["events"])
+    whole = {t: store.table(t).filter(pl.col("source_id") == sid) for t in seen}
+    expected = _bounded(whole)
+    for t in ("events", "errors", "lines"):
+        assert seen[t].drop("source_id").equals(expected[t].drop("source_id")), t

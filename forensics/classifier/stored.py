@@ -14,17 +14,16 @@ from forensics.classifier.model import MODEL_VERSION, Model
 from forensics.classifier.modelstore import load_model
 from forensics.classifier.phases import STALE_S
 from forensics.classifier.records import Analysis
-from forensics.classifier.stream import _bounded, lines_reduce, metrics_reduce
+from forensics.classifier.stream import HEAD_TAIL_REDUCES, _bounded, metrics_reduce
 from forensics.classifier.verdict import Verdict, verdict
 from forensics.errors import StoreError
 from forensics.tables import VERDICT_SCHEMA
 
 
 def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
-    out = {}
-    for name in ("runs", "events", "errors"):
-        out[name] = store.source_rows(name, source_id)  # the store splits each table once
-    out["lines"] = store.source_rows("lines", source_id, reduce=lines_reduce)
+    out = {"runs": store.source_rows("runs", source_id)}  # the store splits each table once
+    for name, reduce in HEAD_TAIL_REDUCES.items():  # events, errors, lines: head and tail
+        out[name] = store.source_rows(name, source_id, reduce=reduce)
     for name in ("decode", "prefill"):  # counts per run and rank: never the table whole
         out[name] = store.source_rows(name, source_id, reduce=metrics_reduce)
     return _bounded(out)

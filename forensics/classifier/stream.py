@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from forensics.classifier.analysis import analyze
@@ -78,16 +80,27 @@ def metrics_reduce(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def lines_reduce(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """The lines of every source as _bounded keeps them (the first and last KEEP_ROWS / 2 per
-    run, text cut to KEEP_TEXT), lazily, for Store.source_rows: order-preserving, so applied
-    part by part and again over their union it keeps what one pass over the table would."""
-    half = KEEP_ROWS["lines"] // 2
-    pos = pl.int_range(pl.len()).over("source_id", "run_index")
-    size = pl.len().over("source_id", "run_index")
-    return lf.filter((pos < half) | (pos >= size - half)).with_columns(
-        pl.col("text").str.slice(0, KEEP_TEXT)
-    )
+def _head_tail_reduce(table: str) -> Callable[[pl.LazyFrame], pl.LazyFrame]:
+    """The rows of every source of ``table`` as _bounded keeps them (the first and last
+    KEEP_ROWS / 2 per run; the lines' text cut to KEEP_TEXT), lazily, for Store.source_rows:
+    order-preserving, so applied part by part and again over their union it keeps what one
+    pass over the table would. One function per table (the store caches by it)."""
+
+    def reduce(lf: pl.LazyFrame) -> pl.LazyFrame:
+        half = KEEP_ROWS[table] // 2
+        pos = pl.int_range(pl.len()).over("source_id", "run_index")
+        size = pl.len().over("source_id", "run_index")
+        kept = lf.filter((pos < half) | (pos >= size - half))
+        if table == "lines":
+            kept = kept.with_columns(pl.col("text").str.slice(0, KEEP_TEXT))
+        return kept
+
+    return reduce
+
+
+# what the verdict of a stored run reads of each table: never one of them whole (a log of a
+# million stage lines is a million events)
+HEAD_TAIL_REDUCES = {table: _head_tail_reduce(table) for table in KEEP_ROWS}
 
 
 def _head_tail(df: pl.DataFrame, keep: int) -> pl.DataFrame:
