@@ -15,11 +15,12 @@ import dataclasses
 import posixpath
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from forensics import hazards
+from forensics.finding import Finding
 from forensics.hostprobe import free_space, port_listening
 from forensics.kills import (
     BROAD_PATTERN,
@@ -43,19 +44,6 @@ if TYPE_CHECKING:
     from forensics.hosts import Host
 
 SEVERITIES = ("error", "warning", "info")
-
-
-@dataclasses.dataclass
-class Finding:
-    id: str
-    severity: str
-    step: int | None  # 1-based step index, None for the whole recipe
-    text: str  # the step's text
-    explanation: str
-    alternative: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -568,18 +556,7 @@ def lint(recipe: Recipe | str, *, host: Host | None = None) -> list[Finding]:
         findings.extend(rule.check(ctx, rule))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (f.step if f.step is not None else 10**6, order[f.severity]))
-    return [_redacted(f) for f in findings]
-
-
-def _redacted(f: Finding) -> Finding:
-    """A finding quotes the chain (its step, the launching shell's command line): the chain's
-    secrets (--api-key X, HF_TOKEN=…) go through the parser's one redaction, as stored lines do,
-    so no output of lint (text, --json, a refused replay's message) prints them."""
-    from forensics_parsers.secrets import redact
-
-    return dataclasses.replace(
-        f, text=redact(f.text), explanation=redact(f.explanation), alternative=redact(f.alternative)
-    )
+    return [f.redacted() for f in findings]
 
 
 # Which severities make ``forensics lint`` exit 1 (docs/exit-codes.md).
