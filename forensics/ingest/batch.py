@@ -61,6 +61,9 @@ def ingest(
     files = _files(inputs, recursive, trust_new_host, run, summary)
     logs = sum(1 for _, p in files if not is_results_file(p))
     jobs = (jobs or default_jobs()) if logs > 1 else 1  # one file: parsed here, no worker
+    # set before this ingest: an earlier one stopped before its verdict step (read before
+    # this ingest's own commits set it again)
+    left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
     batch = _Batch(store, lock_timeout, jobs)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
@@ -73,7 +76,8 @@ def ingest(
             from forensics.verdicts import refresh, unverdicted
 
             changed = {f.source_id for f in summary.files if f.status in CHANGED}
-            changed |= unverdicted(store)  # an earlier ingest interrupted before this step
+            if left_unverdicted:  # scan the store only then, not at every ingest
+                changed |= unverdicted(store)
             unplaced: set[str] = set()
             refresh(store, changed, unplaced=unplaced, done_meta=VERDICTS_PENDING)
             summary.warnings += [
