@@ -204,6 +204,16 @@ def echo_json(data: Any, *, rounded: bool = False) -> None:
     click.echo(json_text(data, rounded=rounded))
 
 
+def echo_wrote(path: Any, summary: dict[str, Any] | None = None) -> None:
+    """The status of a command that wrote ``path`` (-o): the path, or ``summary`` as JSON.
+    When the output went to stdout (``-o -``, ``-o /dev/stdout``) it goes to stderr, never
+    after the output's own bytes (forensics.output.status_to_stderr)."""
+    from forensics.output import status_to_stderr
+
+    text = json_text(summary) if summary is not None else str(path)
+    click.echo(text, err=status_to_stderr(path))
+
+
 def frame_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     """The rows of ``df`` as dicts, float columns through json_float column by column (not a
     walk over every cell: 10,000 runs are 330,000 cells, 46,000 of them floats)."""

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import OptionRule, echo_json, get_store, group_by_option, option_rules
+from forensics.cli_common import (
+    OptionRule,
+    echo_json,
+    echo_wrote,
+    get_store,
+    group_by_option,
+    option_rules,
+)
 
 BASELINE_HELP = (
     "The baseline: a tok/s figure (90) or a run name/id. "
@@ -42,9 +49,9 @@ def _kind_reads(option: str) -> OptionRule:
 @click.option(
     "-o",
     "--out",
-    type=click.Path(dir_okay=False),
     default=None,
-    help="Image file, .png or .svg (default: ./forensics-KIND.png).",
+    help="Image file, .png or .svg (default: ./forensics-KIND.png); `-` or /dev/stdout "
+    "writes a PNG to stdout (the path line then goes to stderr).",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @click.option("--experiment", metavar="EXP", default=None, help=EXPERIMENT_HELP)
@@ -70,10 +77,7 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     fig, path = make_plot(
         store, kind, match, out=out, baseline=baseline, experiment=experiment, group_by=group_by
     )
-    if as_json:
-        echo_json({"kind": kind, "path": str(path), "match": match})
-    else:
-        click.echo(str(path))
+    echo_wrote(path, {"kind": kind, "path": str(path), "match": match} if as_json else None)
 
 
 @click.command("report")
@@ -81,10 +85,10 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
 @click.option(
     "-o",
     "--out",
-    type=click.Path(dir_okay=False),
     default="report.html",
     show_default=True,
-    help="The HTML file to write.",
+    help="The HTML file to write; `-` or /dev/stdout writes it to stdout (the path line then "
+    "goes to stderr).",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @group_by_option()
@@ -108,11 +112,8 @@ def report_cmd(ctx, match, out, baseline, group_by, sweep_name, as_json):
         match, base = match_for(store, sweep_name)
         if baseline is None and base is not None:
             baseline = f"{base:.3f}"
-    path = write_report(store, out, match, baseline=baseline, group_by=group_by)
-    if as_json:
-        echo_json({"path": str(path), "match": match, "bytes": path.stat().st_size})
-    else:
-        click.echo(str(path))
+    path, size = write_report(store, out, match, baseline=baseline, group_by=group_by)
+    echo_wrote(path, {"path": str(path), "match": match, "bytes": size} if as_json else None)
 
 
 @click.command("advise")

@@ -1,18 +1,37 @@
-"""Writing a file the user named (``report -o``, ``plot -o``): one way, for every command.
+"""Every file forensics writes outside its store's own parts goes through this module.
 
-What the target is decides how it is written (the table below, ``TARGET_KINDS``):
+Two entry points, one writer underneath:
 
-* a regular file, or nothing yet: written to a temporary file beside it, flushed and renamed
-  over it, so a crash or a full disk leaves the old file (or none), never half of one;
-* a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe): written in
-  place, never renamed over (as root, a rename would replace ``/dev/full`` with a file);
-  a FIFO nobody reads is refused at once instead of blocking;
-* anything else (a folder, a socket, a block device): refused.
+* ``write_output`` — a file the user named (``report -o``, ``plot -o``). What the target is
+  decides how it is written (the table below, ``TARGET_KINDS``):
 
-A symlink is followed: its target is what gets written (a device or FIFO through the link
-itself, so ``/dev/stdout`` works when it is a pipe). Nothing inside forensics' home (the store
-folder) is ever an output: that would replace the manifest or a part. Errors are
-``UsageError`` (exit 2) naming the path, the cause and a fix.
+  - a regular file, or nothing yet: written to a temporary file beside it, fsynced and renamed
+    over it, so a crash or a full disk leaves the old file (or none), never half of one;
+  - this process's own stdout or stderr (``-o -``, ``-o /dev/stdout``, or any path that is the
+    same file as fd 1 / fd 2, e.g. ``-o out.html > out.html``): written through that fd at
+    its position, never renamed over (``report -o /dev/stdout >> app.log`` replaced app.log);
+  - a character device or a FIFO (``/dev/null``, a named pipe): written in place, never
+    renamed over (as root, a rename would replace ``/dev/full`` with a file); a FIFO nobody
+    reads is refused at once, and one whose reader stops reading for ``STALL_S`` seconds is
+    an error, never a hang;
+  - anything else (a folder, a socket, a block device): refused.
+
+  A symlink is followed: its target is what gets written (a device or FIFO through the link
+  itself, so ``/dev/stdout`` works when it is a pipe). Nothing inside forensics' home (the
+  store folder) is ever an output: that would replace the manifest or a part. Errors are
+  ``UsageError`` (exit 2) naming the path, the cause and a fix.
+
+* ``write_home_file`` — a file forensics keeps under its home beside the store (known_hosts,
+  a retrained model, a sweep job's spec and result, the demo's config) or a launch's own
+  files on this machine (``LocalHost.write``). Atomic the same way, or appended (known_hosts)
+  with the file cut back to its old size when the append fails; never through a symlink, never
+  over a file that is not regular. Errors are ``StoreError`` (exit 7): the state could not be
+  written, the old one stands.
+
+What does not come here, and why: the store's parts and manifest (forensics.store: its own
+transaction), evidence spill files (forensics.hosts.capture: a stream of unknown length,
+written as it arrives into a new O_EXCL file and removed when it cannot be finished), files on
+a remote host (forensics.hosts.sftp), the throwaway sshd/slurm of tests (their own temp dirs).
 """
 
 from __future__ import annotations
@@ -20,21 +39,31 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import stat
+import sys
+import time
 from pathlib import Path
 
-from forensics.errors import UsageError
+from forensics.errors import StoreError, UsageError
 
 # file type -> how a file of that type is written (None: refused, with the reason)
 TARGET_KINDS: dict[str, str | None] = {
     "absent": "atomic",
     "regular": "atomic",
+    "standard stream": "stream",
     "character device": "in_place",
     "fifo": "in_place",
     "directory": None,
+    "symbolic link": None,  # only where forensics' own file should be (write_home_file)
     "socket": None,
     "block device": None,
 }
+
+# a FIFO (or device) whose reader takes no byte for this long is an error, not a hang
+STALL_S = 30.0
+
+STD_FDS = {1: "stdout", 2: "stderr"}  # written through the fd, never renamed over
 
 _MODE_KINDS = (
     (stat.S_ISREG, "regular"),
@@ -45,16 +74,47 @@ _MODE_KINDS = (
     (stat.S_ISBLK, "block device"),
 )
 
+# errno of a write -> the cause the error line names (else the OS's strerror)
+WRITE_CAUSES = {
+    errno.ENXIO: "a FIFO that no process is reading",
+    errno.EPIPE: "the reader closed it before the end",
+    errno.ENAMETOOLONG: "name too long: a path component is over NAME_MAX (255)",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+}
+
+
+def std_fd(path: str | Path) -> int | None:
+    """The standard stream (1 or 2) ``path`` is, else None: ``-`` is stdout; any path that is
+    the same file as fd 1 or 2 (``/dev/stdout``, ``/proc/self/fd/1``, the file stdout was
+    redirected to) is that stream."""
+    if str(path) == "-":
+        return 1
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    for fd in STD_FDS:
+        with contextlib.suppress(OSError):
+            o = os.fstat(fd)
+            if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino):
+                return fd
+    return None
+
 
 def target_kind(path: Path) -> str:
     """What ``path`` is (following symlinks): a key of ``TARGET_KINDS``."""
+    if std_fd(path) is not None:
+        return "standard stream"
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):  # a file in the way: the parent says so
         return "absent"
     except OSError as exc:
         raise UsageError(
-            f"{path}: cannot look at the output path ({exc.strerror or exc})",
+            f"{path}: cannot look at the output path ({_cause(exc)})",
             hint="pick another --out",
         ) from exc
     for test, kind in _MODE_KINDS:
@@ -64,18 +124,22 @@ def target_kind(path: Path) -> str:
 
 
 def check_out_path(path: str | Path) -> Path:
-    """--out must name a file in an existing folder (not a folder, not under a file), or a
-    character device / FIFO. Returns the path to write (a symlink's target)."""
+    """--out must name a file in an existing folder (not a folder, not under a file), a
+    standard stream, or a character device / FIFO. Returns the path to write (a symlink's
+    target)."""
     path = Path(path)
     kind = target_kind(path)  # what the path leads to (symlinks followed)
-    if path.is_symlink() and TARGET_KINDS[kind] != "in_place":
-        # a file is replaced at its real place, never the link; a device or FIFO is opened
-        # through the link itself (``/dev/stdout`` resolves to ``pipe:[…]``, not a path)
+    if TARGET_KINDS[kind] in ("stream", "in_place"):
+        # opened through the link itself (``/dev/stdout`` resolves to ``pipe:[…]``)
+        _outside_home(path)
+        return path
+    if path.is_symlink():
+        # a file is replaced at its real place, never the link
         path = Path(os.path.realpath(path))
         kind = target_kind(path)
     _outside_home(path)
     if kind == "directory":
-        raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'forensics.html'}")
+        raise UsageError(f"{path}: is a folder", hint=f"name a file inside it: --out {path}/FILE")
     if TARGET_KINDS[kind] is None:
         raise UsageError(
             f"{path}: is a {kind}, not a file",
@@ -83,6 +147,8 @@ def check_out_path(path: str | Path) -> Path:
         )
     if kind != "absent":
         return path
+    if len(path.name.encode("utf-8", "surrogateescape")) > 255:
+        raise UsageError(f"{path}: {WRITE_CAUSES[errno.ENAMETOOLONG]}", hint="a shorter --out")
     parent = path.parent
     if not parent.exists():
         # the nearest existing ancestor tells a missing folder from a file in the way
@@ -115,6 +181,10 @@ def _outside_home(path: Path) -> None:
         )
 
 
+def _cause(exc: OSError) -> str:
+    return WRITE_CAUSES.get(exc.errno or 0) or exc.strerror or str(exc)
+
+
 def write_output(path: str | Path, data: bytes | str, *, what: str = "the output") -> Path:
     """Write ``data`` to the user-named ``path`` as TARGET_KINDS says. Returns the path."""
     target = check_out_path(path)
@@ -122,51 +192,104 @@ def write_output(path: str | Path, data: bytes | str, *, what: str = "the output
         data = data.encode("utf-8")
     how = TARGET_KINDS[target_kind(target)]
     try:
-        if how == "in_place":
+        if how == "stream":
+            _write_stream(std_fd(target) or 1, data)
+        elif how == "in_place":
             _write_in_place(target, data)
         else:
             _write_atomic(target, data)
-    except OSError as exc:
-        cause = exc.strerror or str(exc)
-        if exc.errno == errno.ENXIO:
-            cause = "a FIFO that no process is reading"
+    except BrokenPipeError:
+        if how == "stream":
+            raise  # any output cut by `| head` (the CLI exits 0 quietly)
         raise UsageError(
-            f"{target}: cannot write {what} ({cause})", hint="pick a writable --out"
+            f"{target}: cannot write {what} ({WRITE_CAUSES[errno.EPIPE]})",
+            hint="keep the reader open until the end",
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"{target}: cannot write {what} ({_cause(exc)})", hint="pick a writable --out"
         ) from exc
     return target
 
 
+def status_to_stderr(path: str | Path) -> bool:
+    """True when the output ``path`` is (or was written through) stdout: the command's own
+    status line ("wrote PATH", its --json summary) then goes to stderr, never after the
+    bytes of the output."""
+    return std_fd(path) == 1
+
+
+def write_home_file(
+    path: str | Path, data: bytes | str, *, what: str, mode: int = 0o600, append: bool = False
+) -> Path:
+    """Write (or ``append`` to) a file forensics keeps for itself; ``StoreError`` (exit 7)
+    when it cannot, with the old file as it was."""
+    target = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if append:
+            _append(target, data, mode)
+        else:
+            _write_atomic(target, data, mode=mode, follow=False)
+    except OSError as exc:
+        raise StoreError(
+            f"{target}: cannot write {what} ({_cause(exc)})",
+            hint="free space or fix the folder's permissions, then run the command again",
+        ) from exc
+    return target
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _write_stream(fd: int, data: bytes) -> None:
+    """stdout/stderr: at the fd's own position (a `>>` log keeps what it held), blocking like
+    any output of the command (the stream is shared: its flags are not ours to change)."""
+    stream = sys.stdout if fd == 1 else sys.stderr
+    with contextlib.suppress(Exception):
+        stream.flush()
+    _write_all(fd, data)
+
+
 def _write_in_place(target: Path, data: bytes) -> None:
-    # O_NONBLOCK: opening a FIFO with no reader fails (ENXIO) instead of waiting forever
+    # O_NONBLOCK: opening a FIFO with no reader fails (ENXIO) instead of waiting forever; the
+    # fd stays non-blocking so a reader that stops reading ends the write after STALL_S
     fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
-        os.set_blocking(fd, True)
         view = memoryview(data)
         while view:
-            n = os.write(fd, view)
-            view = view[n:]
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                _, ready, _ = select.select([], [fd], [], STALL_S)
+                if not ready:
+                    raise OSError(
+                        errno.ETIMEDOUT, f"its reader took nothing for {STALL_S:g} s"
+                    ) from None
     finally:
         os.close(fd)
 
 
-def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+def _write_atomic(target: Path, data: bytes, *, mode: int = 0o666, follow: bool = True) -> None:
+    tmp = target.with_name(f".{target.name[:200]}.tmp-{os.getpid()}-{time.monotonic_ns()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+        if not follow and os.path.islink(target):
+            raise OSError(errno.ELOOP, "is a symbolic link (forensics' own files never are)")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         # re-checked just before the rename: never rename over something that is not a file
-        if TARGET_KINDS[target_kind(target)] != "atomic":
-            raise UsageError(
-                f"{target}: became a {target_kind(target)} while being written",
-                hint="pick another --out",
-            )
+        kind = _kind_now(target)
+        if TARGET_KINDS[kind] != "atomic":
+            raise OSError(errno.EEXIST, f"became a {kind} while being written")
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -174,4 +297,43 @@ def _write_atomic(target: Path, data: bytes) -> None:
         raise
 
 
-__all__ = ["TARGET_KINDS", "check_out_path", "target_kind", "write_output"]
+def _kind_now(target: Path) -> str:
+    try:
+        mode = os.lstat(target).st_mode if os.path.islink(target) else os.stat(target).st_mode
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"  # appeared where none was: refused
+    return next((kind for test, kind in _MODE_KINDS if test(mode)), "socket")
+
+
+def _append(target: Path, data: bytes, mode: int) -> None:
+    """One append (known_hosts): a regular file only, cut back to its old size on failure."""
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file")
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, st.st_size)
+            raise
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+__all__ = [
+    "STALL_S",
+    "TARGET_KINDS",
+    "check_out_path",
+    "status_to_stderr",
+    "std_fd",
+    "target_kind",
+    "write_home_file",
+    "write_output",
+]

@@ -538,7 +538,8 @@ def write_report(
     *,
     baseline: str | float | None = None,
     group_by: str | list[str] | None = None,
-) -> Path:
+) -> tuple[Path, int]:
+    """Build the page and write it to ``out`` (forensics.output): (the path, its bytes)."""
     from forensics.output import check_out_path, write_output
 
     path = Path(out)
@@ -546,5 +547,6 @@ def write_report(
         raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'report.html'}")
     check_out_path(path)  # before building: a bad --out fails fast
     text = build_report(store, match, baseline=baseline, group_by=group_by)
-    write_output(path, text, what="the report")
-    return path
+    data = text.encode("utf-8")
+    write_output(path, data, what="the report")
+    return path, len(data)

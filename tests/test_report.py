@@ -50,7 +50,7 @@ def story_with_hostile_run(tmp_path):
 
 def test_report_in_chromium(story_with_hostile_run, tmp_path):
     store = story_with_hostile_run
-    page = write_report(store, tmp_path / "report.html")
+    page, _ = write_report(store, tmp_path / "report.html")
     html = page.read_text()
     assert "<script" not in html and "<img src=x" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;_&amp;_x" in html

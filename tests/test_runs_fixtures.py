@@ -301,7 +301,7 @@ def test_cli_plot_and_report_on_fixtures(store, tmp_path):
 
 
 def test_report_on_fixtures_names_runs_and_baseline(store, table, tmp_path):
-    path = write_report(store, tmp_path / "report.html")
+    path, _ = write_report(store, tmp_path / "report.html")
     html = path.read_text()
     assert "Baseline: 90.0 tok/s (sglang_baseline) from best single-stream plain run" in html
     assert "813.8 tok/s (edge_crlf)" not in html and "≥ 25" not in html

@@ -46,11 +46,16 @@ def new_figure(width: float, height: float) -> Figure:
 
 def image_format(path: Path) -> str:
     """The image format ``path`` names: its extension, else PNG for a device or FIFO written
-    in place (``-o /dev/null``, ``-o /dev/stdout``); else a usage error."""
+    in place or to stdout (``-o /dev/null``, ``-o /dev/stdout``, ``-o -``); else a usage error."""
     from forensics.output import TARGET_KINDS, target_kind
 
+    check_out_path(path)  # what the path is (a folder, a missing folder) says first
     fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None and not path.suffix and TARGET_KINDS.get(target_kind(path)) == "in_place":
+    if (
+        fmt is None
+        and not path.suffix
+        and TARGET_KINDS.get(target_kind(path)) in ("in_place", "stream")
+    ):
         fmt = "png"
     if fmt is None:
         raise UsageError(
@@ -65,8 +70,7 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
     from forensics.output import write_output
 
     path = Path(out)
-    fmt = image_format(path)
-    check_out_path(path)  # before rendering: a bad --out fails fast
+    fmt = image_format(path)  # checks the path too (forensics.output.check_out_path)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=110)
     write_output(path, buf.getvalue(), what="the image")
