@@ -14,6 +14,12 @@ handled exactly as a Ctrl-C (``INTERRUPT_SIGNALS``): the command commits what it
 leaves the store consistent, says ``Interrupted.`` and exits 130. Python's default for them
 ended the process on the spot, mid-write (issue 14, round three).
 
+A few libraries must not be interrupted while they initialise (``UNINTERRUPTIBLE_IMPORTS``):
+polars' start-up calls back into Python from Rust and unwraps the result, so a Ctrl-C landing
+there was a Rust panic and a traceback (exit 1), not an interrupt. Their import runs with the
+interrupt deferred (``_Deferring``, a finder in ``sys.meta_path``): the signal is delivered
+again the moment the import ends, and the command is interrupted there as anywhere else.
+
 Importing this module takes over these signals: only the entry point imports it
 (forensics/__main__.py and the ``forensics`` script); code and tests call ``forensics.cli.main``.
 """
@@ -45,6 +51,66 @@ def _handle_interrupts(handler: object) -> None:
 _handle_interrupts(_while_importing)
 
 
+# modules whose initialisation an interrupt must not land in: it is delivered when they are
+# imported (polars: a KeyboardInterrupt inside its Rust start-up, on_startup.rs, is a panic)
+UNINTERRUPTIBLE_IMPORTS = frozenset({"polars"})
+_importing: list[str] = []  # the uninterruptible imports running now
+_deferred: list[int] = []  # the interrupts that landed during one
+
+
+class _Deferring:
+    """A ``sys.meta_path`` finder: the spec of an UNINTERRUPTIBLE_IMPORTS module, as the other
+    finders give it, with its loader wrapped so that interrupts wait for its initialisation."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name not in UNINTERRUPTIBLE_IMPORTS or name in _importing:
+            return None
+        import sys
+
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _DeferringLoader(spec.loader, name)
+                return spec
+        return None
+
+
+class _DeferringLoader:
+    def __init__(self, loader: object, name: str):
+        self._loader = loader
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:  # resources, is_package, ...: the real loader's
+        return getattr(self._loader, attr)
+
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)  # type: ignore[attr-defined]
+
+    def exec_module(self, module: object) -> None:
+        _importing.append(self._name)
+        try:
+            self._loader.exec_module(module)  # type: ignore[attr-defined]
+        finally:
+            _importing.pop()
+            if not _importing and _deferred:  # delivered again, to the main thread's handler
+                signal.raise_signal(_deferred.pop())
+                _deferred.clear()
+
+
+def _defer_interrupts_in_imports() -> None:
+    import sys
+
+    if not any(isinstance(f, _Deferring) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Deferring())
+
+
+_defer_interrupts_in_imports()
+
+
 # One Ctrl-C is one KeyboardInterrupt: a second delivery of the same signal (polars' threads
 # re-raise it at their next check; forensics.errors) or a second press while forensics commits
 # what was finished and says "Interrupted." is ignored for this long, so it can never escape
@@ -56,6 +122,9 @@ _last_interrupt: list[float] = []
 def _interrupt_once(signum: int, frame: object) -> None:
     import time
 
+    if _importing:  # inside polars' start-up: delivered again when its import ends
+        _deferred.append(signum)
+        return
     now = time.monotonic()
     if _last_interrupt and now - _last_interrupt[-1] < ONE_INTERRUPT_S:
         return

@@ -405,6 +405,55 @@ def test_H10_ctrl_c_during_a_big_ingest_exits_130_store_exactly_as_before(tmp_pa
     assert not list(home().rglob("*.tmp"))
 
 
+# H10 at each point of an ingest's start-up, deterministically: the child raises a real SIGINT
+# at itself as the import of the named module begins (an audit hook), so the signal lands at
+# that point whatever the machine's load. "atexit" is imported by polars' Rust start-up
+# (on_startup.rs): a Ctrl-C there was a Rust panic, a traceback and exit 1, the flake of H10
+# under load (forensics/entry.py: UNINTERRUPTIBLE_IMPORTS).
+_INTERRUPT_AT = """
+import os, signal, sys
+point = sys.argv[1]
+def hook(event, args):
+    if event == "import" and args[0] == point and not os.path.exists(os.environ["FIRED"]):
+        open(os.environ["FIRED"], "w").close()
+        signal.raise_signal(signal.SIGINT)
+sys.addaudithook(hook)
+from forensics.entry import main
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "forensics.cli",  # the CLI being imported
+        "forensics.ingest.file",  # the command begins
+        "polars",  # the parser's first import, the transaction begun
+        "atexit",  # inside polars' Rust start-up
+        "forensics_parsers.sglang.parser",  # polars initialised, the parser being imported
+    ],
+)
+def test_H10_ctrl_c_at_each_point_of_an_ingests_start_up(tmp_path, point):
+    ingest_fixtures("sglang_baseline.log")
+    before = store_listing()
+    driver = tmp_path / "interrupt_at.py"
+    driver.write_text(_INTERRUPT_AT)
+    fired = tmp_path / "fired"
+    p = subprocess.run(
+        [sys.executable, str(driver), point, "ingest", str(FIXTURES / "sglang_fail_capture.log")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FIRED": str(fired)},
+    )
+    assert fired.exists(), f"{point} was never imported: {p.stderr[-2000:]}"
+    said = [x for x in p.stderr.splitlines() if x.strip()]
+    assert p.returncode == 130, p.stderr[-3000:]
+    assert len(said) == 1 and said[0].startswith("Interrupted"), p.stderr[-3000:]
+    assert store_listing() == before
+    assert not list(home().rglob("*.tmp"))
+
+
 def test_ctrl_c_during_the_health_wait_leaves_a_stoppable_launch(tmp_path):
     """Ctrl-C while waiting for /health left the launch recorded with no process group:
     `forensics stop` answered "no-process-group" and the server ran on, orphaned (S16)."""
