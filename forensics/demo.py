@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from forensics.output import replace_file
 from forensics.terminal import console as make_console
 
 OUT = Path(os.environ.get("FORENSICS_DEMO_OUT", "demo-out"))
@@ -116,7 +117,7 @@ class Demo:
             where = f"an OpenSSH server on 127.0.0.1:{self.sshd.port} plays the GPU host `gpu8`"
         except Exception as exc:  # noqa: BLE001 - the demo runs without SSH too
             where = f"no SSH: {exc} — the remote steps run locally instead"
-        (self.out / "forensics.toml").write_text(config)
+        replace_file(self.out / "forensics.toml", config, mode=0o644)
         console.print(
             "forensics demo: the seed session (docs/guide.md) replayed on the built-in "
             f"simulated SGLang server. Everything lives under {self.out}; {where}."
@@ -200,11 +201,15 @@ class Demo:
         else:
             console.print(f"tail: cannot open '{log}' for reading: No such file or directory")
         # the recipe, as the engineer would write it into forensics.toml to relaunch it
-        with (self.out / "forensics.toml").open("a") as f:
-            f.write(
-                "\n[recipes.sglang_eagle3_cg_2step]\n"
-                f"shell = '''{chain}'''\n" + (f'host = "{self.host}"\n' if self.host else "")
-            )
+        toml = self.out / "forensics.toml"
+        replace_file(
+            toml,
+            toml.read_text()
+            + "\n[recipes.sglang_eagle3_cg_2step]\n"
+            + f"shell = '''{chain}'''\n"
+            + (f'host = "{self.host}"\n' if self.host else ""),
+            mode=0o644,
+        )
         return chain
 
     def analyse(self, chain: str) -> None:

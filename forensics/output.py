@@ -241,6 +241,16 @@ def write_home_file(
     return target
 
 
+def replace_file(path: str | Path, data: bytes | str, *, mode: int = 0o600) -> Path:
+    """The atomic write underneath both entry points, for a caller that maps ``OSError``
+    itself (``LocalHost.write``, the demo): temp file beside it, fsync, rename; never through
+    a symlink, never over a file that is not regular; nothing left behind on failure."""
+    target = Path(path)
+    _write_atomic(target, data.encode("utf-8") if isinstance(data, str) else data, mode=mode,
+                  follow=False)  # fmt: skip
+    return target
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -309,6 +319,8 @@ def _kind_now(target: Path) -> str:
 
 def _append(target: Path, data: bytes, mode: int) -> None:
     """One append (known_hosts): a regular file only, cut back to its old size on failure."""
+    if os.path.islink(target):
+        raise OSError(errno.ELOOP, "is a symbolic link (forensics' own files never are)")
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, mode)
     try:
         st = os.fstat(fd)
@@ -331,6 +343,7 @@ __all__ = [
     "STALL_S",
     "TARGET_KINDS",
     "check_out_path",
+    "replace_file",
     "status_to_stderr",
     "std_fd",
     "target_kind",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from forensics.classifier.corpus import CORPUS, corpus_digest
@@ -16,16 +15,11 @@ def _model_path(store) -> Path:
 
 
 def save_model(store, model: Model) -> Path:
-    p = _model_path(store)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(model.data, separators=(",", ":")))
-        os.replace(tmp, p)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written model behind
-        raise
-    return p
+    from forensics.output import write_home_file
+
+    # atomic (forensics.output): a full disk leaves the old model, no half-written one
+    data = json.dumps(model.data, separators=(",", ":"))
+    return write_home_file(_model_path(store), data, what="the retrained model", mode=0o644)
 
 
 _MODEL_CACHE: dict[str, Model] = {}

@@ -123,18 +123,11 @@ class LocalHost(Host):
             yield from _read_upto(path, f.read, f.seek, offset, st.st_size, chunk, limit)
 
     def write(self, path: str, data: bytes, mode: int = 0o600) -> None:
-        p = os.path.expanduser(path)
-        tmp = f"{p}.tmp-{os.getpid()}-{threading.get_ident()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, p)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        from forensics.output import replace_file
+
+        # the one atomic writer (forensics.output): never through a symlink or over a
+        # non-regular file, nothing half-written; OSError as the Host interface raises it
+        replace_file(os.path.expanduser(path), data, mode=mode)
 
     def makedirs(self, path: str) -> None:
         os.makedirs(os.path.expanduser(path), exist_ok=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,14 +36,15 @@ def _known_name(host: str, port: int) -> str:
 
 
 def _record_host_key(host: str, port: int, key: paramiko.PKey) -> Path:
-    path = project_known_hosts()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """One line appended to the project known_hosts through forensics.output (a regular file
+    only, never through a symlink, cut back to its old size when the append fails: exit 7).
+    The line holds the host name, port and key alone: no address with a user or password."""
+    from forensics.output import write_home_file
+
     line = f"{_known_name(host, port)} {key.get_name()} {key.get_base64()}\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o600)
-    return path
+    return write_home_file(
+        project_known_hosts(), line, what="the host key", mode=0o600, append=True
+    )
 
 
 def _policy(address: str, trust: bool, port: int):  # -> paramiko.MissingHostKeyPolicy

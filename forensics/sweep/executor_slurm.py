@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, LaunchFailed, UsageError
+from forensics.output import write_home_file
 from forensics.sweep import executor_local
 from forensics.sweep.plan import Sweep, Unit
 
@@ -203,7 +204,7 @@ class SlurmExecutor:
             "store": str(self.store.root.resolve()),
             "result": str(d / "result.json"),
         }
-        (d / "spec.json").write_text(json.dumps(spec, indent=1))
+        write_home_file(d / "spec.json", json.dumps(spec, indent=1), what="the job spec")
         cfg = self.sweep.slurm
         opts = [
             f"--job-name=fx-{self.sweep.name}-{unit.run_name}"[:120],
@@ -232,7 +233,7 @@ class SlurmExecutor:
                 "",
             ]
         )
-        (d / "job.sh").write_text(script)
+        write_home_file(d / "job.sh", script, what="the job script", mode=0o644)
         r = _slurm(["sbatch", "--parsable", str(d / "job.sh")])
         if r.returncode != 0:
             raise LaunchFailed(

@@ -3,7 +3,7 @@
 SPEC names the sweep file, the unit's key, the store and where the result goes. The job runs
 the unit with the local executor's ``run_unit`` (on this node: launch, bench, stop, ingest into
 the shared store) and writes the result atomically (``result.json.tmp`` then a rename), so the
-controller never reads half a result. Exit 0 when a result was written, whatever the config's
+controller never reads half a result (``forensics.output.write_home_file``). Exit 0 when a result was written, whatever the config's
 outcome; 1 when the spec is unusable.
 """
 
@@ -35,10 +35,9 @@ def main(argv: list[str]) -> int:
 
     result = executor_local.run_unit(store, sweep, unit, progress=progress)
     result["job_node"] = os.uname().nodename
-    out = Path(spec["result"])
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, out)
+    from forensics.output import write_home_file
+
+    write_home_file(spec["result"], json.dumps(result, default=str), what="the job's result")
     print(f"result: {result['outcome']} {result.get('cause') or ''}", flush=True)
     return 0
 
