@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import DeadlineExceeded, ForensicsError
+from forensics_parsers.secrets import redact
 
 if TYPE_CHECKING:
     import polars as pl
@@ -123,7 +124,9 @@ def _run(
             status = "failed"
         else:
             status = "ok"
-        rec.update(status=status, rc=res.rc, stdout=out, stderr=err)
+        # the record is what is printed (--json) and kept: the parser's one redaction first
+        # (`ps` shows a server's `--api-key X`, an environment dump its HF_TOKEN)
+        rec.update(status=status, rc=res.rc, stdout=redact(out), stderr=redact(err))
         # S06: an output over the cap keeps its tail here and whole in a local file
         for key in ("stdout_spill", "stderr_spill", "spill_error"):
             if getattr(res, key, None):

@@ -119,10 +119,80 @@ def _sub(m: re.Match[str]) -> str:
 
 
 def redact(text: str) -> str:
-    """Every secret of a text replaced by its mark."""
+    """Every secret of a text replaced by its mark (a text of several lines: also the body
+    lines of a PEM private key block, ``pem_lines``)."""
+    if "\n" in text and _PEM_BEGIN in text:
+        return "\n".join(pem_lines([redact(t) for t in text.split("\n")])[0])
     for _, rx in _RULES:
         text = rx.sub(_sub, text)
     return text
+
+
+# A PEM private key over several lines: the BEGIN line is redacted by the `private_key` rule,
+# the base64 lines after it (up to the END line) by ``pem_lines``, whole.
+_PEM_BEGIN = "PRIVATE KEY-----"
+_PEM_OPEN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+
+
+def pem_lines(lines: list[str], inside: bool = False) -> tuple[list[str], bool]:
+    """``lines`` with every line inside a PEM private key block replaced by its mark;
+    ``inside``: a block was open before the first line (a stream read in pieces). Returns
+    (lines, whether a block is still open after the last)."""
+    out = []
+    for line in lines:
+        if inside:
+            if _PEM_END.search(line):
+                inside = False
+                out.append(line)
+            else:
+                out.append(redact_value(line) if line.strip() else line)
+            continue
+        out.append(line)
+        opened = _PEM_OPEN.search(line)
+        inside = bool(opened) and not _PEM_END.search(line, opened.end())
+    return out, inside
+
+
+def redact_data(data):  # noqa: ANN001, ANN201 - any JSON-like value
+    """``redact`` on every string of a JSON-like value (dicts, lists, tuples; keys kept)."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, dict):
+        return {k: redact_data(v) for k, v in data.items()}
+    if isinstance(data, list) or type(data) is tuple:
+        return type(data)(redact_data(v) for v in data)
+    return data
+
+
+class StreamRedactor:
+    """``redact`` for bytes that arrive in pieces (a command's output spilled to a file):
+    whole lines are redacted as they complete, the last partial line waits for its end (at
+    most ``hold`` bytes: past that it is redacted as it is), a PEM block spans pieces."""
+
+    def __init__(self, hold: int = 1 << 20):
+        self.hold = hold
+        self._pending = bytearray()
+        self._inside = False
+
+    def feed(self, data: bytes) -> bytes:
+        self._pending += data
+        cut = self._pending.rfind(b"\n") + 1
+        if not cut and len(self._pending) <= self.hold:
+            return b""
+        cut = cut or len(self._pending)
+        done = bytes(self._pending[:cut])
+        del self._pending[:cut]
+        return self._redact(done)
+
+    def finish(self) -> bytes:
+        done, self._pending = bytes(self._pending), bytearray()
+        return self._redact(done) if done else b""
+
+    def _redact(self, data: bytes) -> bytes:
+        text = data.decode("utf-8", "surrogateescape")
+        lines, self._inside = pem_lines([redact(t) for t in text.split("\n")], self._inside)
+        return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
 def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
@@ -137,6 +207,9 @@ def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
         return lines, 0
     old = lines.gather(idx).to_list()
     new = [redact(v) if v is not None else None for v in old]
+    pem = lines.str.contains(_PEM_BEGIN, literal=True).arg_true()
+    if not pem.is_empty():  # the body lines of a PEM block: no rule matches them alone
+        return _with_pem_bodies(lines, idx, old, new)
     changed = sum(a != b for a, b in zip(old, new))
     if not changed:
         return lines, 0
@@ -145,13 +218,28 @@ def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
     return out, changed
 
 
+def _with_pem_bodies(lines: pl.Series, idx: pl.Series, old: list, new: list) -> tuple:
+    """redact_lines for a chunk holding a PEM block: every line through ``pem_lines``."""
+    whole = lines.to_list()
+    for i, v in zip(idx.to_list(), new):
+        whole[i] = v
+    done, _ = pem_lines(["" if v is None else v for v in whole])
+    done = [None if w is None else d for w, d in zip(whole, done)]
+    before = lines.to_list()
+    changed = sum(a != b for a, b in zip(before, done))
+    return (pl.Series(lines.name, done, dtype=pl.String), changed) if changed else (lines, 0)
+
+
 __all__ = [
     "HINT",
     "HINT_SIEVE",
     "MARK",
     "RULES",
     "SECRET_KEYS",
+    "StreamRedactor",
+    "pem_lines",
     "redact",
+    "redact_data",
     "redact_lines",
     "redact_value",
 ]

@@ -1,5 +1,8 @@
 """Capture of a command's output: the last ``max_output`` bytes kept in memory, the whole
-stream spilled to a file once it outgrows that (S06)."""
+stream spilled to a file once it outgrows that (S06). The spill is redacted as it is written
+(the parser's one redaction, ``StreamRedactor``): a ``ps`` line's ``--api-key X`` or an
+environment dump's ``HF_TOKEN=…`` never reaches the disk; the in-memory tail is the command's
+own output (parsed by the evidence tables, redacted where it is recorded or printed)."""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ class _Capped:
         self.spill_path: str | None = None
         self.spill_error: str | None = None
         self._fd: int | None = None
+        self._redactor: Any = None  # a StreamRedactor while the spill is open
         self._closed = False
         self._lock = threading.Lock()
 
@@ -67,12 +71,15 @@ class _Capped:
         except OSError as exc:
             self.spill_error = f"{self.label}: cannot spill to {d}: {exc.strerror or exc}"
             return
+        from forensics_parsers.secrets import StreamRedactor
+
         self._fd, self.spill_path = fd, path
+        self._redactor = StreamRedactor()
         self._write(bytes(self.buf))
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, *, last: bool = False) -> None:
         assert self._fd is not None
-        view = memoryview(data)
+        view = memoryview(self._redactor.finish() if last else self._redactor.feed(data))
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
@@ -108,6 +115,9 @@ class _Capped:
                     f"{self.label}: {self.spill_path} holds the output up to the command's end; "
                     "a background process still writes to the stream"
                 )
+            self._write(b"", last=True)  # the last partial line, redacted
+            if self._fd is None:
+                return  # that write failed: the spill is dropped, spill_error says why
             try:
                 os.close(self._fd)
             except OSError as exc:

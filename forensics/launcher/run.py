@@ -41,6 +41,7 @@ from forensics.launcher.stop import STOP_GRACE_S, kill_group
 from forensics.launcher.wrapper import KILL_AFTER_S, TAIL_BYTES, build_supervisor, build_wrapper
 from forensics.lint import Finding, lint
 from forensics.recipe import Recipe, server_step
+from forensics_parsers.secrets import redact, redact_data
 from forensics_parsers.sglang import stage_of
 from forensics_parsers.shell import Chain
 
@@ -117,7 +118,7 @@ class _Launch:
 def _emit(progress: Progress | None, **event: Any) -> None:
     if progress is not None:
         with contextlib.suppress(Exception):
-            progress(event)
+            progress(redact_data(event))  # what is shown: the chain's secrets redacted
 
 
 def execute(store: Store, plan: Plan, progress: Progress | None = None) -> dict[str, Any]:
@@ -146,7 +147,9 @@ def execute(store: Store, plan: Plan, progress: Progress | None = None) -> dict[
             pass
         _interrupted(run)
         raise
-    return _conclude(run)
+    # the result is printed (--json) and kept by sweeps: the journal rows quote the chain
+    # (`--api-key X`), the log tail and the evidence the server's output; one redaction here
+    return redact_data(_conclude(run))
 
 
 def _prepare(store: Store, plan: Plan, progress: Progress | None) -> _Launch:
@@ -404,7 +407,7 @@ def _conclude(run: _Launch) -> dict[str, Any]:
         "status": run.status,
         "log_path": recipe.log_path,
         "log_exists": recipe.log_path is not None and host.exists(recipe.log_path),
-        "log_tail": log_text[-TAIL_BYTES:] if log_text else "",
+        "log_tail": redact(log_text[-TAIL_BYTES:]) if log_text else "",
         "journal_path": run.journal,
         "findings": [f.to_dict() for f in run.findings],
         "stages": run.stages,
