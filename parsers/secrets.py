@@ -207,8 +207,8 @@ def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
         return lines, 0
     old = lines.gather(idx).to_list()
     new = [redact(v) if v is not None else None for v in old]
-    pem = lines.str.contains(_PEM_BEGIN, literal=True).arg_true()
-    if not pem.is_empty():  # the body lines of a PEM block: no rule matches them alone
+    if any(v is not None and _PEM_BEGIN in v for v in old):
+        # the body lines of a PEM block: no rule matches them alone (its BEGIN line is hinted)
         return _with_pem_bodies(lines, idx, old, new)
     changed = sum(a != b for a, b in zip(old, new))
     if not changed:
