@@ -231,10 +231,10 @@ def wire_script(path: str, start: int, length: int, wires: tuple[Wire, ...] = WI
             f"if command -v {shlex.quote(w.command.split()[0])} >/dev/null 2>&1; "
             f"then w={w.name}; z={shlex.quote(w.command)}; else {script}fi; "
         )
-    return (
-        f"{script}printf '%s\\n' \"$w\"; "
-        f"tail -c +{start + 1} -- {shlex.quote(path)} | head -c {length} | $z"
-    )
+    # from the start, head reads the file itself (one process less copying every byte)
+    src = f"tail -c +{start + 1} -- {shlex.quote(path)} | " if start else ""
+    read = f"head -c {length}" + ("" if start else f" -- {shlex.quote(path)}")
+    return f"{script}printf '%s\\n' \"$w\"; {src}{read} | $z"
 
 
 def _format_of(head: bytes) -> Format | None:

@@ -423,3 +423,57 @@ def test_stream_delivers_the_output_exactly_and_fails_with_the_remote_error(ssh_
     next(pieces)
     pieces.close()
     assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
+
+
+def _spare(host, timeout: float = 15.0):
+    """The channel of the shell ``host`` started ahead, once it is there (None after
+    ``timeout``)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not host.spares and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return host._spares[0] if host._spares else None
+
+
+def test_streams_run_in_the_shell_started_ahead(ssh_host, tmp_path, monkeypatch):
+    import time
+
+    from forensics.hosts import streams
+
+    started: list[str] = []
+    real = streams._exec
+
+    def spy(transport, command, *args):
+        started.append(command)
+        return real(transport, command, *args)
+
+    monkeypatch.setattr(streams, "_exec", spy)
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(os.urandom(3 << 20) + b"tail")
+    ssh_host.expect_streams(2)
+    assert _spare(ssh_host) is not None
+    assert b"".join(ssh_host.stream(f"cat {blob}")) == blob.read_bytes()
+    assert _spare(ssh_host) is not None  # the second one's, started when the first began
+    with pytest.raises(RemoteError, match="No such file"):
+        list(ssh_host.stream(f"cat {tmp_path}/missing"))
+    assert started == [streams.SPARE_SHELL] * 2  # neither stream waited for a session of its own
+    assert ssh_host.spares == 0  # no more announced: none waits
+    # a shell started ahead that ended meanwhile: the stream opens its own
+    ssh_host.expect_streams(1)
+    _spare(ssh_host).close()
+    assert b"".join(ssh_host.stream(f"cat {blob}")) == blob.read_bytes()
+    assert started[-1].startswith("sh -c ")
+    # as many wait as are read at once, never more than are announced
+    ssh_host.expect_streams(5, at_once=2)
+    _spare(ssh_host)
+    deadline = time.monotonic() + 15
+    while ssh_host.spares < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    waiting = list(ssh_host._spares)
+    assert len(waiting) == 2
+    ssh_host.expect_streams(1)  # one more: the other shell ends
+    assert ssh_host.spares == 1 and waiting[1].closed
+    # closing the connection ends the shells still waiting
+    ssh_host.close()
+    assert waiting[0].closed

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import select
 import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,6 @@ from forensics.hosts.base import (
     DEFAULT_OP_TIMEOUT,
     KEEPALIVE_S,
     KILL_GRACE_S,
-    STREAM_AHEAD,
-    STREAM_WINDOW,
     CmdResult,
     Host,
     _deadline,
@@ -37,6 +34,7 @@ from forensics.hosts.capture import _Capped, _captures, _result_streams
 from forensics.hosts.config import HostConfig
 from forensics.hosts.forward import PortForward
 from forensics.hosts.sftp import SFTPFiles
+from forensics.hosts.streams import Streams
 from forensics.hosts.trust import _policy, fingerprint, project_known_hosts
 
 if TYPE_CHECKING:
@@ -172,8 +170,9 @@ def _connect_error(
     return None
 
 
-class SSHHost(SFTPFiles, Host):
-    """A host over SSH (paramiko): one transport, one SFTP session, reused."""
+class SSHHost(SFTPFiles, Streams, Host):
+    """A host over SSH (paramiko): one transport, one SFTP session, reused; streams
+    (forensics.hosts.streams)."""
 
     def __init__(self, cfg: HostConfig, *, trust_new_host: bool = False):
         self.cfg = cfg
@@ -186,6 +185,7 @@ class SSHHost(SFTPFiles, Host):
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
         self._sftp_lock = threading.RLock()
+        self._spares: list[Any] = []  # shells started ahead of streams (Streams)
 
     # -- connection -----------------------------------------------------------------------
 
@@ -310,6 +310,7 @@ class SSHHost(SFTPFiles, Host):
 
     def close(self) -> None:
         with self._lock:
+            self._drop_spare()
             self._drop_sftp()
             if self._client is not None:
                 self._client.close()
@@ -383,79 +384,6 @@ class SSHHost(SFTPFiles, Host):
             raise _deadline(self.address, script, timeout, res)
         return res
 
-    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> Iterator[bytes]:
-        """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
-        pieces; a read-ahead thread keeps at most ``window`` bytes waiting, so the transfer
-        goes on while the caller works on what came. Every wait is bounded by the op timeout
-        (S13). Raises RemoteError when it cannot start, the link drops, or the command exits
-        non-zero (its stderr in the message)."""
-        import paramiko
-
-        transport = self._transport()
-        try:
-            chan = transport.open_session(
-                window_size=window, max_packet_size=1 << 15, timeout=self.cfg.connect_timeout
-            )
-            chan.exec_command(shlex.join(["sh", "-c", script]))
-            chan.shutdown_write()
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise RemoteError(
-                f"{self.address}: could not start a command: {exc}",
-                hint="the connection may have dropped; re-run",
-            ) from None
-        chan.settimeout(self.op_timeout)
-        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
-        stop = threading.Event()
-
-        def pull() -> None:
-            try:
-                while not stop.is_set():
-                    data = chan.recv(1 << 20)
-                    if not data:
-                        break
-                    ahead.put(data)
-                ahead.put(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
-                ahead.put(exc)
-
-        reader = threading.Thread(target=pull, name="forensics-stream", daemon=True)
-        reader.start()
-        try:
-            while True:
-                try:
-                    item = ahead.get(timeout=self.op_timeout + 5)
-                except queue.Empty:
-                    raise RemoteError(
-                        f"{self.address}: no data for {self.op_timeout:g} s",
-                        hint="the connection may have dropped; re-run",
-                    ) from None
-                if item is None:
-                    break
-                if isinstance(item, BaseException):
-                    raise RemoteError(
-                        f"{self.address}: connection lost while reading ({item})",
-                        hint="re-run; the bytes read so far were kept",
-                    )
-                yield item
-            rc = chan.recv_exit_status()
-            if rc != 0:
-                err = b""
-                with contextlib.suppress(Exception):
-                    while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(1 << 12)
-                raise RemoteError(
-                    f"{self.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
-                    hint="check the path and that the command exists on the host",
-                )
-        finally:
-            stop.set()
-            with contextlib.suppress(Exception):
-                chan.close()
-            with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
-                while True:
-                    ahead.get_nowait()
-            reader.join(timeout=5)
-
     def _answers(self, transport: Any) -> bool:
         """Whether the server still opens a channel on ``transport`` (a liveness probe)."""
         try:
@@ -469,6 +397,7 @@ class SSHHost(SFTPFiles, Host):
         with self._lock:
             if self._client is None or self._client.get_transport() is not transport:
                 return  # already replaced
+            self._drop_spare()
             self._drop_sftp()
             with contextlib.suppress(Exception):
                 self._client.close()

@@ -61,6 +61,7 @@ def ingest(
     files = _files(inputs, recursive, trust_new_host, run, summary)
     logs = sum(1 for _, p in files if not is_results_file(p))
     jobs = (jobs or default_jobs()) if logs > 1 else 1  # one file: parsed here, no worker
+    _expect_streams(files, jobs)
     # set before this ingest: an earlier one stopped before its verdict step (read before
     # this ingest's own commits set it again)
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
@@ -104,6 +105,21 @@ def ingest(
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
+
+
+def _expect_streams(files: list[tuple[Any, str]], jobs: int) -> None:
+    """Tell each remote host how many of its logs this ingest reads, ``jobs`` at once: it
+    starts the remote shells of the next streams ahead (forensics/hosts/streams.py), while
+    this process opens the files and imports the parser, or parses the files before."""
+    from collections import Counter
+
+    from forensics.bench_results import is_results_file
+
+    per_host = Counter(host for host, path in files if not is_results_file(path))
+    for host, n in per_host.items():
+        expect = getattr(host, "expect_streams", None)
+        if expect is not None:
+            expect(n, at_once=jobs)
 
 
 def _check_pattern(name_pattern: str | None) -> None:

@@ -1,0 +1,231 @@
+"""Streams of an SSH host: the standard output of a remote script as it arrives, read ahead,
+and a remote shell started ahead of the next stream.
+
+A mixin of ``SSHHost`` (it uses the host's transport, lock and timeouts).
+
+**Why a shell is started ahead.** What a stream waits for first is not the link but the start
+of a session on the host: sshd forks, runs the user's shell, which runs ``sh``. Measured on the
+loopback sshd of ``scripts/bench_ingest.py`` (2 cores at load 5-7): 0.35-0.8 s from the exec
+request to the exit of ``true``, against ~0.05 s to open the channel; an ingest paid it once per
+file, after the file's stat and the parser's import. A caller that knows more streams are
+coming (``expect_streams``: ingest, with the count of its files on this host and how many it
+reads at once) has channels running ``sh -s`` kept waiting; ``stream`` sends one the script on
+its standard input (then EOF), so the session and the shell started while the ingest did other
+work. At most as many shells wait as streams are read at once, never more than are still
+announced; an unused one ends with the connection (EOF on its input: it runs nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import shlex
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from forensics.errors import RemoteError
+from forensics.hosts.base import STREAM_AHEAD, STREAM_WINDOW
+
+STREAM_PACKET = 1 << 15  # max packet size asked for a stream's channel (OpenSSH sends <= 32 KiB)
+SPARE_SHELL = "sh -s"  # what a shell started ahead runs: the script comes on its stdin
+# sessions of one connection that streams and waiting shells may take: OpenSSH's MaxSessions
+# (10) less the SFTP session, so a waiting shell never makes a stream's own session fail
+SESSIONS = 9
+
+
+class Streams:
+    """``stream`` and the shell started ahead of it (``expect_streams``)."""
+
+    address: str
+    op_timeout: float
+    cfg: Any
+    _client: Any
+    _lock: threading.RLock
+    _spares: list[Any]  # channels running SPARE_SHELL waiting for a script, oldest first (SSHHost)
+    _warming = 0  # threads opening one
+    _streams_expected = 0  # streams announced by expect_streams and not started yet
+    _streams_at_once = 1  # streams read at the same time (as many shells wait)
+    _streams_open = 0  # streams being read
+
+    def _transport(self):  # noqa: ANN202 - provided by SSHHost
+        raise NotImplementedError
+
+    def expect_streams(self, n: int, at_once: int = 1) -> None:
+        """``n`` more ``stream`` calls are coming (an ingest of ``n`` files of this host),
+        ``at_once`` of them read at the same time: start the remote shells of the next ones
+        now, and after each stream the next (``n`` = 0: stop)."""
+        with self._lock:
+            self._streams_expected = max(0, n)
+            self._streams_at_once = max(1, at_once)
+            keep = min(self._streams_expected, self._streams_at_once)
+            extra, self._spares = self._spares[keep:], self._spares[:keep]
+        for chan in extra:
+            with contextlib.suppress(Exception):
+                chan.close()
+        self._warm()
+
+    def _warm(self) -> None:
+        with self._lock:
+            room = SESSIONS - self._streams_open
+            want = min(self._streams_expected, self._streams_at_once, room)
+            more = want - len(self._spares) - self._warming
+            self._warming += max(0, more)
+        for _ in range(more):
+            threading.Thread(
+                target=self._open_spare, name="forensics-stream-warm", daemon=True
+            ).start()
+
+    @property
+    def spares(self) -> int:
+        """Shells started ahead and waiting."""
+        with self._lock:
+            return len(self._spares)
+
+    def _open_spare(self) -> None:
+        """(thread) A channel running SPARE_SHELL on the live connection (never a reconnect:
+        a dead one is the next command's to report)."""
+        chan = None
+        try:
+            t = self._client.get_transport() if self._client is not None else None
+            if t is not None and t.is_active():
+                chan = _exec(t, SPARE_SHELL, STREAM_WINDOW, self.cfg.connect_timeout)
+        except Exception:  # noqa: BLE001 - no spare: the stream opens its own channel
+            chan = None
+        with self._lock:
+            self._warming -= 1
+            spares = self._spares
+            if chan is not None and len(spares) < self._streams_expected:
+                spares.append(chan)
+                chan = None
+        if chan is not None:
+            chan.close()
+
+    def _take_spare(self, script: str) -> Any:
+        """The waiting shell, given ``script`` (None: none waits, or it died meanwhile)."""
+        with self._lock:
+            spares = self._spares
+            chan = spares.pop(0) if spares else None
+        if chan is None:
+            return None
+        try:
+            if chan.closed or chan.exit_status_ready():
+                raise EOFError("the shell started ahead has ended")
+            chan.sendall(script.encode() + b"\n")
+            chan.shutdown_write()
+        except Exception:  # noqa: BLE001 - paramiko's, OSError, EOFError: open a fresh one
+            chan.close()
+            return None
+        return chan
+
+    def _drop_spare(self) -> None:
+        """Close the waiting shells (the connection closes or is discarded)."""
+        with self._lock:
+            spares, self._spares, self._streams_expected = self._spares, [], 0
+        for chan in spares:
+            with contextlib.suppress(Exception):
+                chan.close()
+
+    def _stream_channel(self, script: str, window: int) -> Any:
+        """A channel running ``script``: the shell started ahead if one waits, else a new one."""
+        import paramiko
+
+        chan = self._take_spare(script) if window == STREAM_WINDOW else None
+        if chan is None:
+            try:
+                chan = _exec(
+                    self._transport(),
+                    shlex.join(["sh", "-c", script]),
+                    window,
+                    self.cfg.connect_timeout,
+                )
+                chan.shutdown_write()
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise RemoteError(
+                    f"{self.address}: could not start a command: {exc}",
+                    hint="the connection may have dropped; re-run",
+                ) from None
+        with self._lock:
+            self._streams_expected -= 1
+            self._streams_open += 1
+        self._warm()  # the next one's shell starts while this one is read
+        return chan
+
+    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> Iterator[bytes]:
+        """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
+        pieces; a read-ahead thread keeps at most ``window`` bytes waiting, so the transfer
+        goes on while the caller works on what came. Every wait is bounded by the op timeout
+        (S13). Raises RemoteError when it cannot start, the link drops, or the command exits
+        non-zero (its stderr in the message)."""
+        chan = self._stream_channel(script, window)
+        chan.settimeout(self.op_timeout)
+        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
+        stop = threading.Event()
+
+        def pull() -> None:
+            try:
+                while not stop.is_set():
+                    data = chan.recv(1 << 20)
+                    if not data:
+                        break
+                    ahead.put(data)
+                ahead.put(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                ahead.put(exc)
+
+        reader = threading.Thread(target=pull, name="forensics-stream", daemon=True)
+        reader.start()
+        try:
+            yield from self._pieces(ahead)
+            rc = chan.recv_exit_status()
+            if rc != 0:
+                err = b""
+                with contextlib.suppress(Exception):
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 12)
+                raise RemoteError(
+                    f"{self.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
+                    hint="check the path and that the command exists on the host",
+                )
+        finally:
+            with self._lock:
+                self._streams_open -= 1
+            stop.set()
+            with contextlib.suppress(Exception):
+                chan.close()
+            with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
+                while True:
+                    ahead.get_nowait()
+            reader.join(timeout=5)
+
+    def _pieces(self, ahead: queue.Queue) -> Iterator[bytes]:
+        """What the read-ahead thread queued, until the end of the output."""
+        while True:
+            try:
+                item = ahead.get(timeout=self.op_timeout + 5)
+            except queue.Empty:
+                raise RemoteError(
+                    f"{self.address}: no data for {self.op_timeout:g} s",
+                    hint="the connection may have dropped; re-run",
+                ) from None
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise RemoteError(
+                    f"{self.address}: connection lost while reading ({item})",
+                    hint="re-run; the bytes read so far were kept",
+                )
+            yield item
+
+
+def _exec(transport: Any, command: str, window: int, timeout: float) -> Any:
+    """A session channel on ``transport`` running ``command`` (its input still open)."""
+    chan = transport.open_session(
+        window_size=window, max_packet_size=STREAM_PACKET, timeout=timeout
+    )
+    try:
+        chan.exec_command(command)
+    except BaseException:
+        chan.close()
+        raise
+    return chan
