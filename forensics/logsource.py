@@ -547,10 +547,14 @@ def open_log(host: Any, path: str, *, where: str | None = None, hasher: Any = No
     Raises FileMissing / PermissionDenied (exit 3), NotRegularFile / BadPath / NotALog (exit 2),
     or the host's own errors (unreachable, deadline).
     """
-    from forensics.hosts import require_regular
+    import dataclasses
+
+    from forensics.hosts import made_when_read, require_regular
 
     where = where or (path if host.name == "local" else f"{host.name}:{path}")
     st = host.stat(path)
+    if st.kind == "file" and not st.size and made_when_read(host, path):
+        st = dataclasses.replace(st, kind="pseudo")  # its size says 0, yet it has bytes
     require_regular(st, where)
     head = host.read(path, 0, HEAD_BYTES) if st.size else b""
     if hasher is not None:

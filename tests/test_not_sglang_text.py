@@ -11,7 +11,10 @@ stores such a file and names it in a warning.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +181,41 @@ def test_a_kernel_pseudo_file_is_refused_not_read_as_an_empty_log(tmp_path):
         assert res.exit_code == 2, res.output
         assert "a file the kernel makes when it is read" in res.output
         assert "pre-exec" not in res.output
+
+
+@pytest.mark.skipif(not Path("/proc/self/mountinfo").exists(), reason="no procfs here")
+def test_pseudo_files_the_filesystem_table_missed_are_refused(tmp_path):
+    """Issue 14, fourth round. A /sys attribute stats as 4096 bytes whatever it holds: it was
+    'file shrank or vanished while reading' (exit 4); /proc/self/mem (EIO at offset 0) and
+    every ingest / classify / diagnose --log of them: exit 2, 'made when it is read'."""
+    sysfs = next(
+        (p for p in ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/profiling",
+                     "/sys/power/state") if os.access(p, os.R_OK) and os.path.getsize(p) > 0),
+        None,
+    )  # fmt: skip
+    paths = ["/proc/self/mem", *([sysfs] if sysfs else [])]
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "home")}
+    for path in paths:
+        for args in (["ingest", path], ["classify", path], ["diagnose", "x", "--log", path]):
+            p = subprocess.run(
+                [sys.executable, "-m", "forensics", *args], capture_output=True, text=True,
+                env=env, timeout=120,
+            )  # fmt: skip
+            assert p.returncode == 2, (args, p.stdout, p.stderr)
+            assert "a file the kernel makes when it is read" in p.stderr, (args, p.stderr)
+    assert not (tmp_path / "home" / "tables").exists()  # nothing stored
+
+
+def test_a_size_0_file_that_has_bytes_is_refused_on_any_filesystem(ssh_config, tmp_path):
+    """A remote /proc/self/status (SFTP has no device to look up in a table of filesystems)
+    stats as 0 bytes: it was read as an empty log. hosts.base.made_when_read: a size-0 file
+    whose first byte reads is made when read; a really empty log still reads as one."""
+    (tmp_path / "empty.log").write_text("")
+    runner = CliRunner()
+    for path in ("/proc/self/status", "/proc/cpuinfo"):
+        for args in (["classify", f"sshtest:{path}"], ["ingest", f"sshtest:{path}"]):
+            res = runner.invoke(cli, args)
+            assert res.exit_code == 2, (args, res.output)
+            assert "a file the kernel makes when it is read" in res.output, res.output
+    res = runner.invoke(cli, ["classify", f"sshtest:{tmp_path / 'empty.log'}"])
+    assert res.exit_code == 0, res.output

@@ -60,6 +60,7 @@ from forensics.hosts.base import (
     Host,
     ReadIncomplete,
     file_kind,
+    made_when_read,
     path_error,
     require_regular,
 )
@@ -112,6 +113,7 @@ __all__ = [
     "close_all",
     "config_paths",
     "file_kind",
+    "made_when_read",
     "fingerprint",
     "forensics_home",
     "get_host",

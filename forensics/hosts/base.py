@@ -103,6 +103,19 @@ KIND_HINT = {  # the fix a refusal suggests, where it is not "give the log file 
 }
 
 
+def made_when_read(host: Any, path: str) -> bool:
+    """Whether a regular file whose size says 0 is made when it is read (FILE_KINDS "pseudo"):
+    its first byte reads, or the read fails where an empty file's could not (/proc/self/mem:
+    EIO). Catches what no table of filesystems names: lxcfs' /proc files, a remote host's
+    /proc and /sys, filesystems not in hosts.local.PSEUDO_FS."""
+    try:
+        return bool(host.peek(path, 1))
+    except (PermissionError, FileNotFoundError, IsADirectoryError):
+        return False  # the read of the log says it, as for any file
+    except OSError:
+        return True
+
+
 def file_kind(mode: int) -> str:
     return next((name for name, test, _ in FILE_KINDS if test(mode)), "other")
 
@@ -221,6 +234,11 @@ class Host:
 
     def stat(self, path: str) -> FileStat:
         raise NotImplementedError
+
+    def peek(self, path: str, n: int = 1) -> bytes:
+        """Up to ``n`` bytes from the start of ``path``, whatever its size says (a file of a
+        pseudo filesystem stats as 0 bytes and has text: ``made_when_read``)."""
+        return b""
 
     def read(self, path: str, offset: int = 0, length: int | None = None) -> bytes:
         parts: list[bytes] = []

@@ -105,6 +105,13 @@ class LocalHost(Host):
             raise path_error(path, exc) from None
         return _file_stat(path, st)
 
+    def peek(self, path: str, n: int = 1) -> bytes:
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            return os.read(fd, n)
+        finally:
+            os.close(fd)
+
     def iter_chunks(
         self, path: str, offset: int = 0, chunk: int = CHUNK, limit: int | None = None
     ) -> Iterator[bytes]:
@@ -135,32 +142,38 @@ class LocalHost(Host):
 
 def _file_stat(path: str, st: os.stat_result) -> FileStat:
     kind = file_kind(st.st_mode)
-    if kind == "file" and st.st_size == 0 and _pseudo_fs(st.st_dev):
-        kind = "pseudo"  # /proc/self/status: its text is made when read, its size says 0
+    if kind == "file" and _pseudo_fs(st.st_dev):
+        # /proc/self/status: its text is made when read, its size says 0; a /sys attribute
+        # says 4096 whatever it holds (a size-0 file of any other filesystem that has bytes
+        # is caught by hosts.base.made_when_read)
+        kind = "pseudo"
     return FileStat(path, st.st_size, st.st_mtime, st.st_ino, kind == "dir", kind)
 
 
-# Filesystems whose files the kernel generates when they are read (their size reads 0; some,
-# such as /proc/kmsg, block): never a log (FILE_KINDS "pseudo").
+# Filesystems whose files the kernel generates when they are read (their size reads 0 or a
+# placeholder such as 4096; some, such as /proc/kmsg, block): never a log (FILE_KINDS "pseudo").
 PSEUDO_FS = frozenset(
     {"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "cgroup", "cgroup2"}
     | {"efivarfs", "bpf", "pstore", "fusectl", "binfmt_misc", "hugetlbfs", "mqueue"}
 )
 
 
+_MOUNTS: dict[str, str] = {}  # "major:minor" -> filesystem type, read once (again on a miss)
+
+
 def _pseudo_fs(dev: int) -> bool:
     """Whether device ``dev`` is a mount of a PSEUDO_FS filesystem (/proc/self/mountinfo)."""
     want = f"{os.major(dev)}:{os.minor(dev)}"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 2 and fields[2] == want and " - " in line:
-                    if line.split(" - ", 1)[1].split()[0] in PSEUDO_FS:
-                        return True
-    except OSError:  # no /proc (not Linux): nothing is known to be a pseudo file
-        return False
-    return False
+    if want not in _MOUNTS:  # a mount made since it was read (every stat used to read it)
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 2 and " - " in line:
+                        _MOUNTS[fields[2]] = line.split(" - ", 1)[1].split()[0]
+        except OSError:  # no /proc (not Linux): nothing is known to be a pseudo file
+            return False
+    return _MOUNTS.get(want) in PSEUDO_FS
 
 
 def _drain(pipe: Any, sink: _Capped) -> None:

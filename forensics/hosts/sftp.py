@@ -137,6 +137,31 @@ class SFTPFiles:
         kind = file_kind(st.st_mode) if st.st_mode else "file"
         return FileStat(path, st.st_size or 0, float(st.st_mtime or 0), None, kind == "dir", kind)
 
+    def peek(self, path: str, n: int = 1) -> bytes:
+        sftp = self.sftp()
+        p = self._sftp_path(path)
+
+        f = self._sftp_call("open", path, lambda: sftp.open(p, "rb"))
+
+        def get() -> bytes | OSError:
+            try:
+                return f.read(n)
+            except EOFError:
+                return b""
+            except OSError as exc:  # the server's read failed (/proc/self/mem): hosts.base's
+                if isinstance(exc, TimeoutError) or exc.errno in PATH_ERRORS:
+                    raise
+                return exc
+
+        try:
+            got = self._sftp_call("read", path, get)
+        finally:
+            with contextlib.suppress(Exception):
+                self._sftp_call("close", path, f.close)
+        if isinstance(got, OSError):
+            raise got
+        return got
+
     def iter_chunks(
         self, path: str, offset: int = 0, chunk: int = CHUNK, limit: int | None = None
     ) -> Iterator[bytes]:
