@@ -206,3 +206,55 @@ def test_small_remote_files_are_read_over_sftp(ssh_host, tmp_path, monkeypatch):
     assert f.stat().st_size < STREAM_MIN
     assert b"".join(open_log(ssh_host, str(f)).chunks()) == f.read_bytes()
     assert sum(sftp) == f.stat().st_size + min(f.stat().st_size, logsource.HEAD_BYTES)
+
+
+def test_the_hosts_of_one_ingest_connect_at_once_and_a_dead_one_once(
+    sshd_server, tmp_path, monkeypatch
+):
+    import socket
+    import threading
+    import time
+
+    from forensics import hosts
+    from forensics.errors import EXIT_REMOTE
+
+    log = tmp_path / "a.log"
+    shutil.copy(FIXTURES / "sglang_baseline.log", log)
+    # two connections to the test sshd (another known_hosts file: another connection key)
+    other_known = tmp_path / "known_hosts"
+    shutil.copy(sshd_server.known_hosts, other_known)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    Path("forensics.toml").write_text(
+        sshd_server.toml("h0")
+        + sshd_server.toml("h1", known_hosts=str(other_known))
+        + sshd_server.toml("dead", address=f"{sshd_server.user}@127.0.0.1:{dead_port}")
+    )
+    hosts.close_all()
+    lock, active, most, tried = threading.Lock(), [0], [0], []
+    real = hosts.SSHHost.connect
+
+    def spy(self):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+            tried.append(self.cfg.port)
+        time.sleep(0.3)  # long enough for the other host's connect to start meanwhile
+        try:
+            real(self)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(hosts.SSHHost, "connect", spy)
+    both = _ingest([f"h0:{log}", f"h1:{log}"])
+    assert both["files_by_status"] == {"new": 2}
+    assert most[0] == 2  # the two hosts connected at the same time
+    hosts.close_all()
+    tried.clear()
+    r = CliRunner().invoke(cli, ["ingest", f"h0:{log}", f"dead:{log}", "--json"])
+    assert r.exit_code == EXIT_REMOTE, r.output
+    assert "Connection refused" in r.output or "refused" in r.output.lower(), r.output
+    assert tried.count(dead_port) == 1  # its error raised, not a second connect
+    hosts.close_all()

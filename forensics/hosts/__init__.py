@@ -78,7 +78,7 @@ from forensics.hosts.config import (
 from forensics.hosts.forward import PortForward
 from forensics.hosts.globbing import GLOB_MAX_DEPTH, GLOB_MAX_DIRS
 from forensics.hosts.local import LocalHost
-from forensics.hosts.lookup import close_all, get_host, is_remote, resolve_location
+from forensics.hosts.lookup import close_all, connect_all, get_host, is_remote, resolve_location
 from forensics.hosts.ssh import SSHHost
 from forensics.hosts.trust import fingerprint, project_known_hosts, trust_host
 
@@ -118,6 +118,7 @@ __all__ = [
     "forensics_home",
     "get_host",
     "is_remote",
+    "connect_all",
     "load_config",
     "parse_address",
     "path_error",

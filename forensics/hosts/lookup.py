@@ -14,7 +14,10 @@ from forensics.hosts.local import LocalHost
 from forensics.hosts.ssh import SSHHost
 
 _CACHE: dict[tuple, Host] = {}
-_CACHE_LOCK = threading.RLock()  # re-entered when a jump host connects
+_CACHE_LOCK = threading.RLock()  # guards _CACHE and _CONNECTING (never held while connecting)
+# one lock per connection key, held while that host connects (re-entered when a jump host
+# connects): two hosts connect at once (``connect_all``), one host connects once
+_CONNECTING: dict[tuple, threading.RLock] = {}
 _LOCAL = LocalHost()
 
 
@@ -32,13 +35,42 @@ def get_host(name: str | None, *, trust_new_host: bool = False) -> Host:
 def _host_for(cfg: HostConfig, *, trust_new_host: bool = False) -> Host:
     key = (cfg.user, cfg.host, cfg.port, cfg.identity_file, cfg.known_hosts, cfg.jump)
     with _CACHE_LOCK:
-        cached = _CACHE.get(key)
+        lock = _CONNECTING.setdefault(key, threading.RLock())
+    with lock:
+        with _CACHE_LOCK:
+            cached = _CACHE.get(key)
         if isinstance(cached, SSHHost) and cached.alive():
             return cached
         host = SSHHost(cfg, trust_new_host=trust_new_host)
         host.connect()
-        _CACHE[key] = host
+        with _CACHE_LOCK:
+            _CACHE[key] = host
         return host
+
+
+def connect_all(texts: list[str], *, trust_new_host: bool = False) -> dict[str, Exception]:
+    """Connect the hosts the locations ``texts`` name, all at once (N hosts take about the
+    slowest connect, not the sum): -> the error of each text whose host could not be had,
+    for the caller to raise in its own order (it is not tried twice: an unreachable host
+    costs its connect timeout once)."""
+    errors: dict[str, Exception] = {}
+
+    def one(text: str) -> None:
+        try:
+            resolve_location(text, trust_new_host=trust_new_host)
+        except Exception as exc:  # noqa: BLE001 - kept for the caller to raise
+            errors[text] = exc
+
+    threads = [
+        threading.Thread(target=one, args=(t,), name="forensics-connect", daemon=True)
+        for t in dict.fromkeys(texts)
+        if is_remote(t)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()  # each connect is bounded by its host's connect_timeout
+    return errors
 
 
 def close_all() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,9 @@ def _known_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+_RECORDING = threading.Lock()  # hosts connecting at once (connect_all) append one at a time
+
+
 def _record_host_key(host: str, port: int, key: paramiko.PKey) -> Path:
     """One line appended to the project known_hosts through forensics.output (a regular file
     only, never through a symlink, cut back to its old size when the append fails: exit 7).
@@ -42,9 +46,10 @@ def _record_host_key(host: str, port: int, key: paramiko.PKey) -> Path:
     from forensics.output import write_home_file
 
     line = f"{_known_name(host, port)} {key.get_name()} {key.get_base64()}\n"
-    return write_home_file(
-        project_known_hosts(), line, what="the host key", mode=0o600, append=True
-    )
+    with _RECORDING:
+        return write_home_file(
+            project_known_hosts(), line, what="the host key", mode=0o600, append=True
+        )
 
 
 def _policy(address: str, trust: bool, port: int):  # -> paramiko.MissingHostKeyPolicy

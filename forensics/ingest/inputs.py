@@ -30,14 +30,18 @@ def expand_inputs(
     warn: Callable[[str], None],
     trust_new_host: bool = False,
 ) -> list[tuple[Any, str]]:
-    """-> [(host, path)] of files, deduplicated, in the order given."""
-    from forensics.hosts import resolve_location
+    """-> [(host, path)] of files, deduplicated, in the order given. The hosts are connected
+    all at once first (``connect_all``); an error is raised at its input, in order."""
+    from forensics.hosts import connect_all, resolve_location
 
     out: list[tuple[Any, str]] = []
     seen: set[tuple[str, str]] = set()
     missing: list[ForensicsError] = []
     empty_dirs: list[str] = []
+    failed = connect_all(inputs, trust_new_host=trust_new_host) if len(inputs) > 1 else {}
     for text in inputs:
+        if text in failed:
+            raise failed[text]
         host, path = resolve_location(text, trust_new_host=trust_new_host)
         local = host.name == "local"
         if local:
