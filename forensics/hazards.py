@@ -61,8 +61,30 @@ REMOVERS: dict[str, frozenset[str]] = {
 }
 
 
+def _find_removed(argv: list[str]) -> list[str]:
+    """``find PATH… -delete`` / ``-exec rm …``: the starting points, when it deletes."""
+    if not any(a == "-delete" or a in ("-exec", "-execdir", "-ok") for a in argv[1:]):
+        return []
+    deletes = "-delete" in argv or any(
+        a in ("-exec", "-execdir", "-ok") and argv[k + 2 : k + 3] and argv[k + 1] in REMOVERS
+        for k, a in enumerate(argv[:-1])
+    )
+    paths = []
+    for a in argv[1:]:
+        if a.startswith(("-", "(", "!")):
+            break
+        paths.append(a)
+    return paths if deletes else []
+
+
+# Commands that delete what they select by other means than their arguments.
+REMOVER_FORMS: dict[str, Callable[[list[str]], list[str]]] = {"find": _find_removed}
+
+
 def _removed(argv: list[str]) -> list[str]:
-    """The paths a REMOVERS command deletes (none for another command)."""
+    """The paths a REMOVERS command (or a REMOVER_FORMS one) deletes (none for another)."""
+    if argv and argv[0].rsplit("/", 1)[-1] in REMOVER_FORMS:
+        return REMOVER_FORMS[argv[0].rsplit("/", 1)[-1]](argv)
     if not argv or argv[0].rsplit("/", 1)[-1] not in REMOVERS:
         return []
     takes = REMOVERS[argv[0].rsplit("/", 1)[-1]]

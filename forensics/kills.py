@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from forensics_parsers.shell import Step, nested_steps, parse_chain
+from forensics_parsers.shell import Command, Step, echoed, nested_steps, parse_chain, unwrap
 
 # Signals by name (pkill -KILL / -SIGKILL / --signal KILL); numbers are taken as they are.
 SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
@@ -125,7 +125,31 @@ def parse_kill(argv: list[str]) -> KillSpec | None:
     return KillSpec(prog, pattern, full, exact, sig if kills else 0, kills)
 
 
-_PGREP_SUB = re.compile(r"\$\(\s*(pgrep\b[^)]*)\)|`\s*(pgrep\b[^`]*)`")
+_PGREP_SUB = re.compile(r"\$\(\s*((?:pgrep|pidof)\b[^)]*)\)|`\s*((?:pgrep|pidof)\b[^`]*)`")
+# Commands whose output, piped to `xargs kill`, names the processes a pattern selects: how
+# to read that pattern as a KillSpec (`pgrep -f X | xargs kill`, `ps aux | grep X | awk … |
+# xargs kill -9`, `pidof X` in `kill $(…)`).
+PID_SOURCES: dict[str, Callable[[list[str]], KillSpec | None]] = {
+    "pgrep": lambda argv: parse_kill(argv),
+    "pidof": lambda argv: next(
+        (KillSpec("pidof", a, False, True, 0, False) for a in argv[1:] if not a.startswith("-")),
+        None,
+    ),
+    "grep": lambda argv: _grep_pattern(argv),
+}
+
+
+def _grep_pattern(argv: list[str]) -> KillSpec | None:
+    """``grep [-E|-F|-i…] PATTERN`` on ps output: a full-command-line pattern (``-v``: none)."""
+    words = [a for a in argv[1:] if not a.startswith("-")]
+    if "-v" in argv or "--invert-match" in argv or not words:
+        return None
+    return KillSpec("grep", words[0], True, False, 0, False)
+
+
+def _source_kill(argv: list[str]) -> KillSpec | None:
+    name = argv[0].rsplit("/", 1)[-1] if argv else ""
+    return PID_SOURCES[name](argv) if name in PID_SOURCES else None
 
 
 def step_kills(step: Step) -> list[KillSpec]:
@@ -144,20 +168,43 @@ def _own_kills(step: Step) -> list[KillSpec]:
         spec = parse_kill(inner)
         if spec:
             out.append(spec)
-        if inner and inner[0] == "kill":
-            for m in _PGREP_SUB.finditer(cmd.text):
-                sub = parse_chain(m.group(1) or m.group(2))
+        if inner and inner[0].rsplit("/", 1)[-1] == "kill":
+            # the pids of `kill $(pgrep …)` / `kill `pidof …`` (also through a variable)
+            found = _PGREP_SUB.finditer(cmd.text + " " + " ".join(inner))
+            for body in dict.fromkeys(m.group(1) or m.group(2) for m in found):
+                sub = parse_chain(body)
                 if sub.steps and sub.steps[0].command:
-                    s = parse_kill(sub.steps[0].command.argv)
+                    s = _source_kill(sub.steps[0].command.argv)
                     if s:
                         sig = next((_signal(a[1:]) for a in inner[1:] if a[:1] == "-"), 15)
                         out.append(dataclasses.replace(s, kills=True, signal=sig))
-    # "pgrep -f X | xargs kill"
-    if len(step.commands) > 1 and any(c.argv[:1] == ["xargs"] for c in step.commands[1:]):
+    # "pgrep -f X | xargs kill", "ps aux | grep X | awk '{print $2}' | xargs kill -9"
+    if any(_xargs_kill(c.argv) for c in step.commands[1:]):
+        listed = False  # grep selects processes only from a `ps` listing before it
+        for c in step.commands[:-1]:
+            argv = unwrap(c.argv)[0]
+            listed = listed or argv[:1] == ["ps"]
+            s = _source_kill(argv)
+            if s and s.program != "pgrep" and (s.program != "grep" or listed):
+                out.append(s)
         for i, s in enumerate(out):
-            if s.program == "pgrep":
+            if s.program in PID_SOURCES:
                 out[i] = dataclasses.replace(s, kills=True, signal=15)
     return out
+
+
+def _xargs_kill(argv: list[str]) -> bool:
+    inner, wrappers = unwrap(argv)
+    return "xargs" in wrappers and bool(inner) and inner[0].rsplit("/", 1)[-1] == "kill"
+
+
+def piped_argv(commands: list[Command], k: int) -> list[str]:
+    """The argv command ``k`` of a pipeline runs: after its wrappers, with what an ECHOES
+    command before an ``xargs`` prints appended (``echo -1 | xargs kill -9`` is ``kill -9 -1``)."""
+    inner, wrappers = commands[k].unwrapped()
+    if "xargs" in wrappers and k and (text := echoed(unwrap(commands[k - 1].argv)[0])):
+        return [*inner, *text.split()]
+    return inner
 
 
 def kill_targets(argv: list[str]) -> tuple[int, list[str]] | None:
@@ -292,6 +339,14 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
         "every process on that GPU, whoever owns it (other users' jobs lose their GPU state)",
     ),
     (
+        "rmmod nvidia / modprobe -r nvidia",
+        lambda argv: (
+            (_program("rmmod")(argv) or _with_word("modprobe", "-r", "--remove")(argv))
+            and any(a.startswith("nvidia") for a in argv[1:])
+        ),
+        "the GPU driver under every process on every GPU of the host, whoever owns it",
+    ),
+    (
         "pkill -g 0 / -s 0",
         _selects_all_of("-g", "-s", "--pgroup", "--session", values=("0",)),
         "its own process group or session: the shell that runs the chain (and over SSH the "
@@ -300,14 +355,35 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
 )
 
 
+# Files whose writing stops the host: (path, row name, what it kills).
+MASS_WRITES: tuple[tuple[str, str, str], ...] = (
+    (
+        "/proc/sysrq-trigger",
+        "echo b > /proc/sysrq-trigger",
+        "the whole host at once (`b` reboots, `o` powers off, `i`/`e` signal every process): no "
+        "clean shutdown of anything",
+    ),
+)
+
+
+def _written(cmd: Command, argv: list[str]) -> list[str]:
+    """The files a command writes: its output redirections and ``tee FILE…``."""
+    out = [r.target for r in cmd.redirects if r.stream != 0 and r.op not in (">&", "<&")]
+    if argv and argv[0].rsplit("/", 1)[-1] == "tee":
+        out += [a for a in argv[1:] if not a.startswith("-")]
+    return out
+
+
 def mass_kills(step: Step) -> list[tuple[str, str]]:
     """``(row name, what it kills)`` for each MASS_KILLS row a step (or a script nested in it)
-    matches."""
+    matches, and each MASS_WRITES file it writes."""
     out = []
     for s in [step, *nested_steps(step)]:
-        for cmd in s.commands:
-            inner, _ = cmd.unwrapped()
+        for k, cmd in enumerate(s.commands):
+            inner = piped_argv(s.commands, k)
             out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
+            written = _written(cmd, inner)
+            out.extend((name, what) for path, name, what in MASS_WRITES if path in written)
     return out
 
 

@@ -8,7 +8,8 @@ and its commands (argv words with quotes removed, variable assignments, redirect
 Handled: single and double quotes, backslash escapes and line continuations, ``$(...)``,
 backticks and ``${...}`` kept inside their word, comments, redirections (``>``, ``>>``, ``<``,
 ``2>&1``, ``&>``, ``>|``, ``<>``, with an fd prefix), parenthesised groups and ``{ ...; }`` kept as
-one step. Not handled (kept as text, reported in ``warnings``): here-documents.
+one step, here-documents and here-strings (their text is the command's stdin,
+``Redirect.body``, never steps of the chain; a shell reading one runs it: ``stdin_scripts``).
 The parser never raises on any text: an unterminated quote ends at the end of the text and is
 reported in ``warnings``.
 
@@ -20,13 +21,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
 
 # the tokenizer lives in shell_lexer; `tokenize` and `substitutions` stay importable from here
-from forensics_parsers.shell_lexer import _Tok, substitutions, tokenize
-from forensics_parsers.shell_syntax import syntax_errors
+from forensics_parsers.shell_lexer import HERE_DOCS, HERE_STRING, _Tok, substitutions, tokenize
+from forensics_parsers.shell_syntax import BODY_KEYWORDS, PREFIXES, syntax_errors
 
 LIST_OPS = ("&&", "||", ";", "&", "\n")
 
@@ -65,6 +67,8 @@ WRAPPERS: dict[str, Wrapper] = {
     "chrt": _w(1),  # the priority, then the command
     "flock": _w(1, "-w -E --timeout --conflict-exit-code"),  # the lock file, then the command
     "xargs": _w(0, "-I -L -n -P -s -d -a -E --max-args --max-procs --delimiter --arg-file"),
+    "busybox": _w(),  # busybox kill -9 -1: the applet is the command
+    "watch": _w(0, "-n -d -q --interval --differences --equexit"),  # runs it again and again
 }
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 
@@ -74,6 +78,7 @@ class Redirect:
     op: str  # one of shell_lexer.REDIR_OPS
     target: str  # the word after the operator, quotes removed ('1' in 2>&1)
     fd: int | None = None  # explicit fd before the operator (2 in 2>&1)
+    body: str | None = None  # a here-document's / here-string's text (`<<EOF`, `<<<`)
 
     @property
     def text(self) -> str:
@@ -86,7 +91,7 @@ class Redirect:
         """The fd this redirection changes (0 for input, 1 for output, both for &>)."""
         if self.fd is not None:
             return self.fd
-        return 0 if self.op in ("<", "<&", "<>") else 1
+        return 0 if self.op in ("<", "<&", "<>", HERE_STRING, *HERE_DOCS) else 1
 
 
 @dataclass
@@ -171,7 +176,7 @@ def _command(text: str, toks: list[_Tok]) -> Command:
         t = toks[k]
         if t.kind == "redir":
             target = toks[k + 1].value if k + 1 < len(toks) and toks[k + 1].kind == "word" else ""
-            redirects.append(Redirect(t.value, target, t.fd))
+            redirects.append(Redirect(t.value, target, t.fd, t.body))
             k += 2 if target or (k + 1 < len(toks) and toks[k + 1].kind == "word") else 1
             continue
         if t.kind == "word":
@@ -282,8 +287,10 @@ _VAR = re.compile(r"^\$(?:\{(\w+)\}|(\w+))$")
 _WHOLE_SUB = re.compile(r"^(?:\$\((.*)\)|`(.*)`)$", re.S)
 
 
-def _looked_up(word: str) -> str | None:
-    """``$(which pkill)`` -> ``pkill`` (None when the word is not such a lookup)."""
+def _looked_up(word: str, first: bool = False) -> list[str] | None:
+    """``$(which pkill)`` -> ``[pkill]``, ``$(echo kill -9)`` -> ``[kill, -9]`` (an ECHOES
+    command stands for the text it prints: split into words where a command starts, else one
+    word); None when the word is no such substitution."""
     m = _WHOLE_SUB.match(word.strip())
     if not m:
         return None
@@ -291,24 +298,50 @@ def _looked_up(word: str) -> str | None:
         argv = shlex.split(m.group(1) if m.group(1) is not None else m.group(2))
     except ValueError:
         return None
+    if argv and (text := echoed(argv)) is not None:
+        return _split(text) if first else [text]
     if not argv or argv[0] not in NAME_LOOKUPS:
         return None
     names = [a for a in argv[1:] if a not in NAME_LOOKUPS[argv[0]] and not a.startswith("-")]
-    return names[0] if names and (argv[0] != "command" or "-v" in argv or "-V" in argv) else None
+    ok = names and (argv[0] != "command" or "-v" in argv or "-V" in argv)
+    return names[:1] if ok else None
 
 
 def _split(value: str) -> list[str]:
+    if _WHOLE_SUB.match(value.strip()):  # `$(pgrep x)` stays one word, as typed
+        return [value.strip()]
     try:
         return shlex.split(value)
     except ValueError:
         return value.split()
 
 
+_INNER_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+# Variables the shell sets itself, as the rules need them: `kill${IFS}-9${IFS}-1` is
+# `kill -9 -1` (IFS splits the word where it is expanded).
+SHELL_VARIABLES = {"IFS": " "}
+
+
+def _expand(word: str, env: dict[str, str], first: bool = False) -> list[str]:
+    """A word as the shell runs it: a variable of the chain (or SHELL_VARIABLES) as the whole
+    word or inside it (then split, as an unquoted expansion is), a lookup or an echo."""
+    m = _VAR.match(word)
+    name = m and (m.group(1) or m.group(2))
+    if name in env:
+        return _split(env[name]) or [""]
+    if _INNER_VAR.search(word) and any(
+        (v.group(1) or v.group(2)) in env for v in _INNER_VAR.finditer(word)
+    ):
+        text = _INNER_VAR.sub(lambda v: env.get(v.group(1) or v.group(2), v.group(0)), word)
+        return text.split() or [""]
+    return _looked_up(word, first) or [word]
+
+
 def resolve_words(steps: list[Step]) -> None:
     """Replace, in each command's argv, the words that stand for something set earlier in the
-    chain (NAME_LOOKUPS, variables, aliases) by what the shell would run; the step's text
-    (what a replay runs) stays as typed."""
-    env: dict[str, str] = {}
+    chain (NAME_LOOKUPS, variables, ``for NAME in WORDS``, ``read NAME <<< WORD``, aliases)
+    by what the shell would run; the step's text (what a replay runs) stays as typed."""
+    env: dict[str, str] = dict(SHELL_VARIABLES)
     aliases: dict[str, str] = {}
     for step in steps:
         for cmd in step.commands:
@@ -317,30 +350,58 @@ def resolve_words(steps: list[Step]) -> None:
                 continue
             if cmd.argv[0] in aliases:
                 cmd.argv[:1] = _split(aliases[cmd.argv[0]])
-            words: list[str] = []
-            for w in cmd.argv:
-                m = _VAR.match(w)
-                name = m and (m.group(1) or m.group(2))
-                if name in env:
-                    words.extend(_split(env[name]) or [""])
-                else:
-                    words.append(_looked_up(w) or w)
-            cmd.argv[:] = words
+            cmd.argv[:] = [x for k, w in enumerate(cmd.argv) for x in _expand(w, env, k == 0)]
+            if not cmd.argv:
+                continue
             if cmd.argv[0] in ASSIGNERS:
                 env.update(dict(a.split("=", 1) for a in cmd.argv[1:] if _is_assignment(a)))
             elif cmd.argv[0] == "alias":
                 aliases.update(dict(a.split("=", 1) for a in cmd.argv[1:] if "=" in a))
+            elif cmd.argv[0] == "for" and cmd.argv[2:3] == ["in"]:
+                env[cmd.argv[1]] = " ".join(cmd.argv[3:])
+            elif cmd.argv[0] == "read" and (here := [r.body for r in cmd.redirects if r.body]):
+                env[cmd.argv[-1]] = here[-1].strip()
 
 
 # --------------------------------------------------------------------------- helpers
 
 
+def _command_start(a: list[str]) -> list[str] | None:
+    """The argv after what may stand before a command where one starts (None when nothing
+    does): a reserved word of shell_syntax (`then kill -9 -1`, `do pkill …`, `! kill`,
+    `coproc pkill`), a function header (`f() { kill …`, `function f { kill …`) or a
+    ``case`` item's pattern (`x) killall5`)."""
+    if a[0] in BODY_KEYWORDS or a[0] in PREFIXES:
+        return a[1:]
+    if a[0] == "function" and len(a) > 1:
+        rest = a[2:]
+        rest = rest[2:] if rest[:2] == ["(", ")"] else rest
+        return rest[1:] if rest[:1] in (["{"], ["("]) else rest
+    if a[1:3] == ["(", ")"]:  # NAME ( ) { body
+        return a[4:] if a[3:4] in (["{"], ["("]) else a[3:]
+    if a[0] == "case" and "in" in a and ")" in a:  # case WORD in PATTERN) command
+        return a[a.index(")") + 1 :]
+    if len(a) > 1 and a[1] == ")" and a[0] not in ("(", "{"):  # PATTERN) command (a case item)
+        return a[2:]
+    if len(a) > 2 and a[0] == "(" and a[2] == ")":  # (PATTERN) command
+        return a[3:]
+    return None
+
+
 def unwrap(argv: list[str]) -> tuple[list[str], list[str]]:
     """Peel wrappers (nohup, setsid, env K=V, timeout 10, nice -n 5, sudo -u x, xargs -n 1…)
-    off an argv: (the command they run, the wrappers' names)."""
+    and what may stand before a command (`then`, `do`, `!`, a function header, a case
+    pattern) off an argv: (the command they run, the wrappers' names)."""
     wrappers: list[str] = []
     a = list(argv)
-    while a and (w := WRAPPERS.get(a[0].rsplit("/", 1)[-1])) is not None:
+    while a:
+        rest = _command_start(a)
+        if rest is not None:
+            a = rest
+            continue
+        w = WRAPPERS.get(a[0].rsplit("/", 1)[-1])
+        if w is None:
+            break
         wrappers.append(a[0].rsplit("/", 1)[-1])
         a = a[1:]
         while a and a[0].startswith("-") and a[0] != "--":
@@ -395,6 +456,57 @@ SCRIPT_RUNNERS = {
 NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
 
 
+# Commands whose output is the text they are given: what a shell reading their output runs
+# (`echo 'kill -9 -1' | sh`, `printf 'pkill …' | bash`), or what `$(echo …)` stands for.
+def _printf(args: list[str]) -> str:
+    """``printf FORMAT ARGS``'s text, for the ``%s`` and ``\\n`` it is mostly given."""
+    if not args:
+        return ""
+    fmt = args[0].replace("\\n", "\n").replace("\\t", "\t")
+    rest = iter(args[1:])
+    return re.sub(r"%[sbd]", lambda m: next(rest, ""), fmt)
+
+
+ECHOES: dict[str, Callable[[list[str]], str]] = {
+    "echo": lambda args: " ".join(a for a in args if a not in ("-n", "-e", "-E")),
+    "printf": _printf,
+}
+
+
+def echoed(argv: list[str]) -> str | None:
+    """The text an ECHOES command prints (None for another command)."""
+    if not argv or argv[0].rsplit("/", 1)[-1] not in ECHOES:
+        return None
+    try:
+        return ECHOES[argv[0].rsplit("/", 1)[-1]](argv[1:])
+    except (TypeError, ValueError):
+        return " ".join(argv[1:])
+
+
+def _reads_script_from_stdin(argv: list[str]) -> bool:
+    """A shell given no script (`bash`, `sh -s`, `bash -x`): it runs what its stdin holds."""
+    inner, _ = unwrap(argv)
+    if not inner or inner[0].rsplit("/", 1)[-1] not in SHELLS:
+        return False
+    return shell_script(argv) is None and all(a.startswith("-") for a in inner[1:])
+
+
+def stdin_scripts(commands: list[Command]) -> list[str]:
+    """What the shells of a pipeline read from their standard input and run: a here-document
+    or here-string (`bash <<EOF … EOF`, `sh <<< '…'`) or the output of an ECHOES command piped
+    into them (`echo '…' | sh`)."""
+    out = []
+    for k, cmd in enumerate(commands):
+        if not _reads_script_from_stdin(cmd.argv):
+            continue
+        bodies = [r.body for r in cmd.redirects if r.body is not None]
+        if bodies:
+            out.append(bodies[-1])
+        elif k and (text := echoed(unwrap(commands[k - 1].argv)[0])) is not None:
+            out.append(text)
+    return out
+
+
 def nested_scripts(cmd: Command) -> list[str]:
     """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``,
     ``eval ARGS``, ``su -c SCRIPT`` (after wrappers), the body of a ``( … )`` or ``{ …; }``
@@ -424,12 +536,12 @@ def nested_steps(step: Step, _depth: int = 0) -> list[Step]:
     if _depth >= NESTING_LIMIT:
         return []
     out: list[Step] = []
-    for cmd in step.commands:
-        for script in nested_scripts(cmd):
-            for sub in parse_chain(script).steps:
-                sub.index = step.index
-                out.append(sub)
-                out.extend(nested_steps(sub, _depth + 1))
+    scripts = [s for cmd in step.commands for s in nested_scripts(cmd)]
+    for script in [*scripts, *stdin_scripts(step.commands)]:
+        for sub in parse_chain(script).steps:
+            sub.index = step.index
+            out.append(sub)
+            out.extend(nested_steps(sub, _depth + 1))
     return out
 
 

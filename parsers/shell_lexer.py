@@ -10,7 +10,18 @@ import re
 from dataclasses import dataclass
 
 # Longest first: the tokenizer takes the first operator that matches.
-REDIR_OPS = ("&>>", "&>", ">>", ">&", "<&", ">|", "<>", ">", "<")
+REDIR_OPS = ("&>>", "&>", ">>", ">&", "<&", ">|", "<>", "<<<", "<<-", "<<", ">", "<")
+# Redirections whose text is the command's standard input itself: a here-document's lines
+# (read by the tokenizer after the next newline, up to the line that is the delimiter word)
+# and a here-string's word. A shell reading one runs it (parsers/shell.py `stdin_script`).
+HERE_DOCS = ("<<", "<<-")
+HERE_STRING = "<<<"
+# ANSI-C quoting `$'…'`: the escapes bash decodes there (`$'\x6b'ill` is `kill`).
+_ANSI_C = re.compile(
+    r"\\(x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}|c.|.)", re.S
+)
+_ANSI_C_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+                  "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}  # fmt: skip
 # The start of a word that an array assignment's `(…)` continues (`x=(1 2 3)`, `a[1]+=(x)`).
 _ARRAY_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=")
 
@@ -22,6 +33,38 @@ class _Tok:
     start: int
     end: int
     fd: int | None = None
+    body: str | None = None  # a here-document's or here-string's text (its stdin)
+
+
+def _ansi_c_char(m: re.Match[str]) -> str:
+    s = m.group(1)
+    if s[0] in "xuU" and len(s) > 1:
+        code = int(s[1:], 16)
+        return chr(code) if code <= 0x10FFFF else ""
+    if s[0] in "01234567":
+        return chr(int(s, 8) & 0xFF)
+    if s[0] == "c" and len(s) == 2:
+        return chr(ord(s[1]) & 0x1F)
+    return _ANSI_C_SIMPLE.get(s, "\\" + s)
+
+
+def ansi_c(body: str) -> str:
+    """The text of a ``$'…'`` quote as bash decodes it."""
+    return _ANSI_C.sub(_ansi_c_char, body)
+
+
+def _ansi_c_end(text: str, i: int) -> int:
+    """Index of the quote closing a ``$'…'`` body that starts at ``i`` (``\\'`` does not
+    close it); -1 when it is never closed."""
+    n = len(text)
+    while i < n:
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == "'":
+            return i
+        else:
+            i += 1
+    return -1
 
 
 def _substitution_end(text: str, i: int) -> int | None:
@@ -134,6 +177,7 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
     warnings: list[str] = []
     errors: list[str] = []
     i, n = 0, len(text)
+    pending: list[int] = []  # here-documents (their redir tokens) whose lines come next
     while i < n:
         c = text[i]
         if c in " \t":
@@ -152,18 +196,49 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
             i = j
         elif _redirection_at(text, i):  # (an fd prefix is read with the word before it)
             i = _redirect_tok(toks, warnings, text, i, i)
+            if toks[-1].value in HERE_DOCS:
+                pending.append(len(toks) - 1)
         elif c in "\n;&|()":
             toks.append(_Tok("op", c, i, i + 1))
             i += 1
+            if c == "\n" and pending:
+                i = _here_doc_bodies(text, i, [toks[k] for k in pending], toks)
+                pending.clear()
         else:
             start = i
             word, i = _read_word(text, i, errors)
             # "2>&1": a word of digits glued to a redirection operator is its fd
             if i < n and text[i] in "<>" and word.isdigit() and i == start + len(word):
                 i = _redirect_tok(toks, warnings, text, i, start, fd=int(word))
+                if toks[-1].value in HERE_DOCS:
+                    pending.append(len(toks) - 1)
             else:
                 toks.append(_Tok("word", word, start, i))
+                if len(toks) > 1 and toks[-2].kind == "redir" and toks[-2].value == HERE_STRING:
+                    toks[-2].body = word + "\n"
+    if pending:  # a here-document on the last line: no body
+        for k in pending:
+            toks[k].body = ""
     return toks, warnings, errors
+
+
+def _here_doc_bodies(text: str, i: int, docs: list[_Tok], toks: list[_Tok]) -> int:
+    """Read the lines of each here-document from ``i`` (the start of the line after the one
+    that opened them), up to its delimiter line (`<<-`: leading tabs stripped); one never
+    closed runs to the end, as in bash. The index after the last body."""
+    for doc in docs:
+        k = toks.index(doc)
+        delim = toks[k + 1].value if k + 1 < len(toks) and toks[k + 1].kind == "word" else ""
+        lines: list[str] = []
+        while i < len(text):
+            j = text.find("\n", i)
+            line = text[i:] if j < 0 else text[i:j]
+            i = len(text) if j < 0 else j + 1
+            if (line.lstrip("\t") if doc.value == "<<-" else line) == delim:
+                break
+            lines.append(line)
+        doc.body = "\n".join(lines) + ("\n" if lines else "")
+    return i
 
 
 def _redirection_at(text: str, i: int) -> str | None:
@@ -175,8 +250,6 @@ def _redirect_tok(
 ) -> int:
     """Append the redirection operator at ``i`` (its fd prefix from ``start``); the index after."""
     op = _redirection_at(text, i) or ""
-    if op == "<" and text.startswith("<<", i):
-        warnings.append(f"here-document at offset {i} is kept as text, not parsed")
     toks.append(_Tok("redir", op, start, i + len(op), fd=fd))
     return i + len(op)
 
@@ -222,6 +295,17 @@ def _read_word(text: str, i: int, errors: list[str]) -> tuple[str, int]:
                 errors.append(f"unterminated double quote at offset {i}")
                 return "".join(out), n
             i = j
+            continue
+        if c == "$" and text.startswith(("$'", '$"'), i):  # $'…' ANSI-C, $"…" translated
+            if text[i + 1] == '"':
+                i += 1
+                continue
+            j = _ansi_c_end(text, i + 2)
+            if j < 0:
+                errors.append(f"unterminated $' quote at offset {i}")
+                return "".join(out) + ansi_c(text[i + 2 :]), n
+            out.append(ansi_c(text[i + 2 : j]))
+            i = j + 1
             continue
         j = _substitution_span(text, i)
         if j is not None:

@@ -38,14 +38,14 @@ KEYWORDS: dict[str, tuple[tuple[str, ...], str | None]] = {
 CLOSED_BY = {"if": "fi", "then": "fi", "elif": "fi", "else": "fi", "loop": "done", "for": "done",
              "do": "done", "case": "esac"}  # fmt: skip
 # After these a command starts (a keyword there is a keyword).
-_BODY_KEYWORDS = ("if", "then", "elif", "else", "while", "until", "do")
-_PREFIXES = ("!", "time", "coproc")  # words before a pipeline
-_COMMAND_STARTS = ("start", "(", "{", "\n", "fdef)", "case)", "case;;", *_PREFIXES,
-                   *_BODY_KEYWORDS, *_OPERATORS)  # fmt: skip
+BODY_KEYWORDS = ("if", "then", "elif", "else", "while", "until", "do")
+PREFIXES = ("!", "time", "coproc")  # words before a pipeline
+_COMMAND_STARTS = ("start", "(", "{", "\n", "fdef)", "case)", "case;;", *PREFIXES,
+                   *BODY_KEYWORDS, *_OPERATORS)  # fmt: skip
 # After these a compound command has ended: only an operator, a redirection or a closer follows.
 _ENDS = (")", "}", "fi", "done", "esac")
 _CLOSERS = ("then", "elif", "else", "fi", "do", "done", "esac", "}")
-_NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", *_BODY_KEYWORDS, *_OPERATORS)
+_NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", *BODY_KEYWORDS, *_OPERATORS)
 # token -> the tokens right before it after which it may not come ("start": the beginning;
 # "redir": a redirection still waiting for its file; "end": the end of the text; "{" / "}":
 # braces where a command starts; "fdef)": the `()` of a function definition).
@@ -54,7 +54,7 @@ SYNTAX_RULES: dict[str, tuple[str, ...]] = {
     # a `(` after a word: only `NAME()` where a command starts defines a function
     "(": ("word", "assign", "fname", "redir", *_ENDS),
     ")": ("start", "(", "{", "&&", "||", "|", "|&", "redir"),
-    "}": ("{", "&&", "||", "|", "|&", "redir", *_BODY_KEYWORDS),
+    "}": ("{", "&&", "||", "|", "|&", "redir", *BODY_KEYWORDS),
     "word": (*_ENDS, "fdef)", "fname"),  # `( a ) b`, `fi b`, `f() b`, `function g b`
     "assign": (*_ENDS, "fdef)", "fname"),
     "array": ("word",),  # `a x=(1 2)`: an array only as an assignment before a command
@@ -69,10 +69,10 @@ def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
     """A word's key: a reserved word or a brace where a command starts (a closer also right
     after a compound command), ``!`` / ``time`` / ``coproc`` there, else ``word``."""
     starts = prev in _COMMAND_STARTS
-    closes = prev in _ENDS or (starts and prev not in _PREFIXES)  # `time fi` runs `fi`
+    closes = prev in _ENDS or (starts and prev not in PREFIXES)  # `time fi` runs `fi`
     if (closes and word in _CLOSERS) or (starts and word in KEYWORDS and word not in _CLOSERS):
         return word
-    if starts and (word == "{" or word in _PREFIXES):
+    if starts and (word == "{" or word in PREFIXES):
         return word
     if word == "esac" and len(keyed) > 2 and keyed[-3][0] == "case" and keyed[-1][1].value == "in":
         return word  # `case x in esac`
@@ -84,9 +84,24 @@ def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
     if m:  # NAME=…: an assignment while no command word came yet, else a word (or an error)
         if _no_command_word(keyed):
             return "assign"
-        if word[m.end() : m.end() + 1] == "(":
+        if word[m.end() : m.end() + 1] == "(" and _command_word(keyed) not in ARRAY_BUILTINS:
             return "array"
     return "word"
+
+
+# Builtins whose arguments may be array assignments (`declare -a x=(1 2)`).
+ARRAY_BUILTINS = ("declare", "typeset", "local", "export", "readonly")
+
+
+def _command_word(keyed: list[tuple[str, _Tok]]) -> str | None:
+    """The command word of the simple command being read (None before one)."""
+    word = None
+    for key, t in reversed(keyed):
+        if key in _COMMAND_STARTS:
+            return word
+        if key == "word":
+            word = t.value
+    return word
 
 
 def _no_command_word(keyed: list[tuple[str, _Tok]]) -> bool:
@@ -123,6 +138,8 @@ def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
             in_test, key = t.value != "]]", "word"
         elif in_case and key in (")", ";;"):
             key = "case" + key
+        elif in_case and key == "(" and (prev in ("case;;",) or toks[k - 1].value == "in"):
+            key = "case("  # `case x in (a) …`: a pattern's optional opening parenthesis
         elif key == "(" and k and toks[k - 1].kind == "word" and toks[k + 1 : k + 2]:
             nxt = toks[k + 1]
             named = prev == "fname" or (out[-2][0] if len(out) > 1 else "start") in _COMMAND_STARTS
