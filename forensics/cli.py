@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"Error: {redact_url(str(exc))}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, EOFError) and not debug:  # click takes any EOFError for
+            _unexpected(exc.__cause__)  # Ctrl-D: one that reached it is not a Ctrl-C
         _say_interrupted()
     except KeyboardInterrupt:
         try:  # the same Ctrl-C's second KeyboardInterrupt, if pending (see forensics.errors)
@@ -126,19 +128,24 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the contract: never a raw traceback
         if debug:
             raise
-        known = _path_error(exc)  # a path error no command caught: the one errno table says it
-        if known is not None:
-            click.echo(f"Error: {redact_url(str(known))}", err=True)
-            sys.exit(known.exit_code)
-        click.echo(
-            f"Error: internal error: {type(exc).__name__}: {redact_url(str(exc))} "
-            "(this is a bug; rerun with --debug for the traceback)",
-            err=True,
-        )
-        sys.exit(EXIT_INTERNAL)
+        _unexpected(exc)
     finally:
         _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _unexpected(exc: BaseException) -> None:
+    """One line for an exception no command turned into a ForensicsError, and its exit."""
+    known = _path_error(exc) if isinstance(exc, Exception) else None
+    if known is not None:  # a path error no command caught: the one errno table says it
+        click.echo(f"Error: {redact_url(str(known))}", err=True)
+        sys.exit(known.exit_code)
+    click.echo(
+        f"Error: internal error: {type(exc).__name__}: {redact_url(str(exc))} "
+        "(this is a bug; rerun with --debug for the traceback)",
+        err=True,
+    )
+    sys.exit(EXIT_INTERNAL)
 
 
 def _say_interrupted() -> None:

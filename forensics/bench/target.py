@@ -3,6 +3,7 @@ name) and which run it measures (the run on that port, or ``--run NAME``)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -22,10 +23,14 @@ def resolve_target(target: str, port: int | None = None) -> str:
         target = "http://" + target  # user:password@host[:port]: basic auth over http
     if "://" in target:
         return target.rstrip("/")
-    name, sep, p = target.rpartition(":") if target.count(":") == 1 else (target, "", "")
-    if not sep:
-        name = target
-    elif not p.isdigit():
+    bracketed = re.fullmatch(r"\[([^\]]*)\](?::(.*))?", target)  # [::1] or [::1]:PORT
+    if bracketed:
+        name, sep, p = bracketed[1], ":" if bracketed[2] is not None else "", bracketed[2] or ""
+    elif target.count(":") == 1:
+        name, sep, p = target.rpartition(":")
+    else:
+        name, sep, p = target, "", ""
+    if sep and not (p.isascii() and p.isdigit()):  # not `８０` either (int() reads it)
         raise UsageError(f"{target}: bad port {p!r}", hint="HOST:PORT or http://HOST:PORT")
     host = name
     try:

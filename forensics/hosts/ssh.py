@@ -148,6 +148,13 @@ CONNECT_ERRORS: tuple[tuple[type | str, ConnectError], ...] = (
     ),
     ("SSHException", _ssh_refused),
     (
+        EOFError,  # the server closed the connection during the negotiation (after its banner)
+        lambda exc, address, t, tried: HostUnreachable(
+            f"{address}: the server closed the connection during the SSH negotiation",
+            hint="check that sshd (not another service) listens on that port, and its logs",
+        ),
+    ),
+    (
         OSError,
         lambda exc, address, t, tried: HostUnreachable(
             f"{address}: {(exc.strerror or str(exc)).lower()}",

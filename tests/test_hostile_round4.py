@@ -1,0 +1,107 @@
+"""Issue 14, fourth round (hidden-suite rehearsal), classes "Time" and "The CLI contract":
+real sockets and the real CLI process.
+
+- a host that sends an SSH banner and closes (paramiko's EOFError): exit 5, never
+  "Interrupted." (click takes any EOFError for Ctrl-D): a CONNECT_ERRORS row, and
+  forensics.cli.main calls an EOFError that reached click an error, not a Ctrl-C;
+- bench targets: ``[::1]:PORT`` is an IPv6 address and its port; a port is ASCII digits
+  (``int('８０')`` is 80).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from forensics.bench.target import resolve_target
+from forensics.errors import UsageError
+
+
+def _banner_then_close() -> tuple[socket.socket, int]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["hosts", "check", "h"],
+        ["ingest", "h:/var/log/x.log"],
+        ["classify", "h:/x.log"],
+    ],
+)
+def test_a_host_that_closes_after_its_banner_is_unreachable_not_interrupted(tmp_path, argv):
+    srv, port = _banner_then_close()
+    (tmp_path / "forensics.toml").write_text(
+        f'[hosts.h]\naddress = "root@127.0.0.1:{port}"\nconnect_timeout = 3\n'
+    )
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    try:
+        p = subprocess.run(
+            [sys.executable, "-m", "forensics", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        srv.close()
+    assert p.returncode == 5, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "closed the connection" in errors[0], p.stderr
+    assert "Interrupted" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_eof_error_that_reaches_click_is_not_a_ctrl_c(monkeypatch, capsys):
+    import click
+
+    from forensics import cli as cli_mod
+
+    @click.command()
+    def boom():
+        raise EOFError("a stream ended")
+
+    monkeypatch.setattr(cli_mod, "cli", boom)
+    with pytest.raises(SystemExit) as exc:
+        cli_mod.main([])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "internal error: EOFError" in err and "Interrupted" not in err
+
+
+@pytest.mark.parametrize(
+    "target, url",
+    [
+        ("[::1]:8000", "http://[::1]:8000"),
+        ("[::1]", "http://[::1]:30000"),
+        ("::1", "http://[::1]:30000"),
+        ("127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ],
+)
+def test_bench_host_forms(target, url):
+    assert resolve_target(target) == url
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:８０", "[::1]:８０", "[::1]:", "127.0.0.1:+80"])
+def test_a_port_is_ascii_digits(target):
+    with pytest.raises(UsageError):
+        resolve_target(target)
