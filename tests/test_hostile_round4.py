@@ -105,3 +105,40 @@ def test_bench_host_forms(target, url):
 def test_a_port_is_ascii_digits(target):
     with pytest.raises(UsageError):
         resolve_target(target)
+
+
+# --- class "Time"/"Bounded": `sim serve` options at extremes (argparse, not click) ---
+
+
+def test_every_numeric_sim_serve_flag_has_a_finite_high_bound():
+    from forensics.sim.args import RANGES, STYLES, build_parser
+
+    bounded = {dest: high for dest, _flag, _low, high, _open in RANGES}
+    for style in STYLES.values():
+        for action in build_parser(style)._actions:
+            if action.type in (int, float):
+                assert bounded.get(action.dest) is not None, action.option_strings
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--tp", "1000000000"],
+        ["--dp-size", "100000"],
+        ["--sim-speed", "1e308"],
+        ["--max-running-requests", str(10**15)],
+        ["--context-length", str(10**18)],
+        ["--mem-fraction-static", "5"],
+        ["--watchdog-timeout", "inf"],
+    ],
+)
+def test_sim_serve_refuses_absurd_values_at_once(flags):
+    p = subprocess.run(
+        [sys.executable, "-m", "forensics", "sim", "serve", "--model-path", "sim://k2", "--port",
+         "1", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-500:]
+    assert "out of range" in p.stderr

@@ -250,21 +250,34 @@ def _model_family(model_path: str) -> str:
     return "llama" if "llama" in low else "other"
 
 
-# Numeric flags the simulator cannot run with: (dest, flag, low, high or None, low excluded).
-# Out of range is a usage error (exit 2), never a crash deep in the server.
+# Numeric flags the simulator cannot run with: (dest, flag, low, high, low excluded). Every
+# numeric flag has a row and a finite high bound (a test walks the parser): out of range is a
+# usage error (exit 2), never a crash deep in the server nor a rank list of 10^9 entries.
+MAX_TP, MAX_DP = 512, 64
 RANGES = (
     ("port", "--port", 1, 65535, False),
-    ("tp_size", "--tp-size", 1, None, False),
-    ("dp_size", "--dp-size", 1, None, False),
+    ("tp_size", "--tp-size", 1, MAX_TP, False),
+    ("dp_size", "--dp-size", 1, MAX_DP, False),
+    ("mem_fraction_static", "--mem-fraction-static", 0, 1, True),
+    ("max_running_requests", "--max-running-requests", 1, 1_000_000, False),
+    ("context_length", "--context-length", 1, 100_000_000, False),
+    ("chunked_prefill_size", "--chunked-prefill-size", -1, 100_000_000, False),
+    ("page_size", "--page-size", 1, 1_000_000, False),
+    ("random_seed", "--random-seed", 0, 2**32 - 1, False),
     ("speculative_num_steps", "--speculative-num-steps", 1, MAX_STEPS, False),
     ("speculative_eagle_topk", "--speculative-eagle-topk", 1, MAX_DRAFT_TOKENS, False),
     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", 1, MAX_DRAFT_TOKENS, False),
-    ("decode_log_interval", "--decode-log-interval", 1, None, False),
-    ("sim_speed", "--sim-speed", 0, None, True),
+    ("cuda_graph_max_bs", "--cuda-graph-max-bs", 1, 1_000_000, False),
+    ("cuda_graph_max_bs_prefill", "--cuda-graph-max-bs-prefill", 1, 1_000_000, False),
+    ("decode_log_interval", "--decode-log-interval", 1, 1_000_000, False),
+    ("watchdog_timeout", "--watchdog-timeout", 0, 30 * 86400, True),
+    ("log_requests_level", "--log-requests-level", 0, 3, False),
+    ("sim_speed", "--sim-speed", 0, 1_000_000, True),
+    ("sim_seed", "--sim-seed", 0, 2**32 - 1, False),
     ("sim_drafter_quality", "--sim-drafter-quality", 0, 1, False),
-    ("sim_base_tok_s", "--sim-base-tok-s", 0, None, True),
+    ("sim_base_tok_s", "--sim-base-tok-s", 0, 10_000_000, True),
     ("sim_eos_rate", "--sim-eos-rate", 0, 1, False),
-    ("sim_fail_after", "--sim-fail-after", 0, None, False),
+    ("sim_fail_after", "--sim-fail-after", 0, 1_000_000_000, False),
 )
 
 
