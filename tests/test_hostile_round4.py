@@ -142,3 +142,33 @@ def test_sim_serve_refuses_absurd_values_at_once(flags):
     )  # fmt: skip
     assert p.returncode == 2, p.stderr[-500:]
     assert "out of range" in p.stderr
+
+
+# --- class "Time": `sweep` with absurd grids is refused before anything is expanded ---
+
+SWEEP_BASE = """name = "x"
+[base]
+server = ["python3", "-m", "sglang.launch_server", "--model-path", "sim://k2"]
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[grid]\n" + "\n".join(f"k{i} = [{', '.join(map(str, range(40)))}]" for i in range(12)),
+        "[grid]\nspeculative_num_steps = [" + ", ".join("2" for _ in range(20000)) + "]",
+        "[grid]\nspeculative_num_steps = [2, 3]\n[run]\nrepeats = 1000000000\n",
+        "\n".join("[[configs]]\nspeculative_num_steps = 2" for _ in range(10001)),
+        "[grid]\nspeculative_num_steps = [2]\n[run]\nbudget_s = inf\n",
+        "[grid]\nspeculative_num_steps = [2]\n[run]\nbudget_s = 1e308\n",
+    ],
+)
+def test_absurd_sweep_plans_are_refused_at_once(tmp_path, body):
+    from forensics.errors import ConfigError
+    from forensics.sweep import plan
+
+    f = tmp_path / "s.toml"
+    f.write_text(SWEEP_BASE + body + "\n")
+    with pytest.raises(ConfigError) as exc:  # before: 40^12 configs expanded (never returned)
+        plan.load(f)
+    assert "more than" in str(exc.value) or "at most" in str(exc.value)

@@ -54,6 +54,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -89,6 +90,10 @@ BASE_KEYS = {
     "stop_grace_s",
 }
 RUN_KEYS = {"repeats", "budget_s", "prune", "prune_after"}
+# Bounds of a plan, checked before anything is expanded: the runs of a sweep (configs x
+# repeats) and its time budget (30 days).
+MAX_CONFIGS = 10_000
+MAX_BUDGET_S = 30 * 86400
 SIM_KEYS = {"speed", "inject", "python"}
 INJECT_KEYS = {"when", "fail", "flags"}
 SLURM_KEYS = {
@@ -278,6 +283,13 @@ def _grid(path: str, grid: dict[str, Any], zipped: dict[str, Any]) -> list[dict[
             + ", ".join(f"{k}: {len(v)}" for k, v in zipped.items()),
             "give every [zip] list the same length (or move one to [grid])",
         )
+    count = math.prod(len(v) for v in grid.values()) * (lens.copy().pop() if lens else 1)
+    if count > MAX_CONFIGS:  # counted before anything is expanded (12 keys x 40 values: 40^12)
+        raise _fail(
+            path,
+            f"the [grid] and [zip] make {count:,} configs, more than {MAX_CONFIGS:,}",
+            "split the sweep, or narrow the grid to what can run",
+        )
     keys = list(grid)
     combos = [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*grid.values())]
     if zipped:
@@ -387,9 +399,13 @@ def _run_table(shown: str, data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(run[key], int) or isinstance(run[key], bool) or run[key] < low:
             raise _fail(shown, f"[run] {key} must be an integer ≥ {low}", f"{key} = {max(low, 1)}")
     if run["budget_s"] is not None and not (
-        isinstance(run["budget_s"], int | float) and run["budget_s"] > 0
+        isinstance(run["budget_s"], int | float) and 0 < run["budget_s"] <= MAX_BUDGET_S
     ):
-        raise _fail(shown, "[run] budget_s must be a positive number of seconds", "budget_s = 3600")
+        raise _fail(
+            shown,
+            f"[run] budget_s must be a number of seconds, more than 0 and at most {MAX_BUDGET_S:,}",
+            "budget_s = 3600",
+        )
     return run
 
 
@@ -411,7 +427,17 @@ def _sections(shown: str, data: dict[str, Any]) -> dict[str, Any]:
     explicit = data.get("configs", [])
     if not isinstance(explicit, list) or not all(isinstance(c, dict) for c in explicit):
         raise _fail(shown, "configs must be an array of tables", "write [[configs]] blocks")
+    if len(explicit) > MAX_CONFIGS:
+        raise _fail(
+            shown, f"{len(explicit):,} [[configs]], more than {MAX_CONFIGS:,}", "split the sweep"
+        )
     combos = _grid(shown, grid, zipped) + [dict(c) for c in explicit]
+    if len(combos) * run["repeats"] > MAX_CONFIGS:
+        raise _fail(
+            shown,
+            f"{len(combos):,} configs x {run['repeats']} repeats is more than {MAX_CONFIGS:,} runs",
+            "split the sweep, or run fewer repeats",
+        )
     baseline = data.get("baseline", {})
     if baseline is not False and not isinstance(baseline, dict):
         raise _fail(shown, "baseline must be a table or false", "[baseline] or baseline = false")
