@@ -55,7 +55,7 @@ def expand_inputs(
             else:
                 files = [cand]
             for p in files:
-                real = os.path.realpath(p) if local else p
+                real = _real(p) if local else p
                 key = (host.name, real)
                 if key in seen:
                     continue
@@ -70,6 +70,14 @@ def expand_inputs(
     for m in missing:
         warn(m.message if m in quiet else str(m))
     return out
+
+
+def _real(path: str) -> str:
+    """The path a local input is known by (links resolved, so two spellings are one file);
+    the path as given when that names nothing: ``/dev/stdin`` on a pipe resolves to
+    ``/proc/N/fd/pipe:[…]``, which is no file (the path itself is then refused as a FIFO)."""
+    real = os.path.realpath(path)
+    return real if os.path.lexists(real) else path
 
 
 def _candidates(host: Any, text: str, path: str, missing: list[ForensicsError]) -> list[str]:
