@@ -172,3 +172,20 @@ def test_absurd_sweep_plans_are_refused_at_once(tmp_path, body):
     with pytest.raises(ConfigError) as exc:  # before: 40^12 configs expanded (never returned)
         plan.load(f)
     assert "more than" in str(exc.value) or "at most" in str(exc.value)
+
+
+# --- class "Non-regular inputs": a magic link to a pipe is refused as the FIFO it is ---
+
+
+@pytest.mark.parametrize("path", ["/dev/stdin", "/dev/fd/0"])
+def test_ingest_of_stdin_on_a_pipe_is_a_fifo(tmp_path, path):
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    p = subprocess.run(
+        [sys.executable, "-m", "forensics", "ingest", path],
+        input=b"a line\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert p.returncode == 2, p.stderr
+    assert b"FIFO" in p.stderr and b"pipe:[" not in p.stderr
