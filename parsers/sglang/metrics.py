@@ -252,8 +252,9 @@ def _json_value(v: pl.Expr) -> pl.Expr:
     return pl.when(numeric).then(v).otherwise(quoted)
 
 
-# a value with a space or % around it: `key:  1`, `1 , key`, `87%`
-_PADDED = r"%|:  | ,"
+# a value with a space or % around it: `key:  1`, `1 , key`, `87%` (literal finds: several
+# times cheaper than one regex alternation of them over every metrics line)
+_PADDED = ("%", ":  ", " ,")
 
 
 def _fields_fast(
@@ -276,7 +277,7 @@ def _fields_fast(
     # the strips only where they can change something (each is a copy of the column)
     ragged, padded = sub.select(
         (r.str.ends_with(",") | r.str.ends_with(" ")).any().alias("ragged"),
-        r.str.contains(_PADDED).any().alias("padded"),
+        pl.any_horizontal(r.str.contains(x, literal=True) for x in _PADDED).any().alias("padded"),
     ).row(0)
     split = sub.with_columns(
         (r.str.strip_chars_end(", ") if ragged else r).str.splitn(", ", n).alias("_s")
@@ -287,8 +288,11 @@ def _fields_fast(
         + [~pl.col(names[-1]).str.contains(", ", literal=True).fill_null(True)]
     )
     split = split.with_columns(ok.alias("_ok"))
-    good = split.filter(pl.col("_ok"))
-    bad = sub.filter(split["_ok"].not_())
+    if split["_ok"].all():  # the common case: no copy of the lines by a filter
+        good, bad = split, sub.clear()
+    else:
+        good = split.filter(pl.col("_ok"))
+        bad = sub.filter(split["_ok"].not_())
     if good.is_empty():
         return None, sub
     by_key = {k: (c, len(k) + 2) for c, k in zip(names, keys)}
