@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 STAGE_ROWS = 400_000  # staged rows per table and kind before a shared part is written
 STAGE_BYTES = 12 << 20  # ... or staged bytes (polars' estimate): 400,000 lines of text are
 # ~100 MB, so the bytes bound what a big log's ingest holds, the rows what small logs make
+# zstd level of the parts: 1 writes the decode rows of a 100 MB log in ~0.11 s CPU against
+# ~0.14 s at polars' default (3), for ~25 % larger parts (8.7 MB against 7.0 MB)
+PART_ZSTD_LEVEL = 1
 
 
 class StoreReadOnly(StoreError):
@@ -142,7 +145,9 @@ class Transaction:
         tmp = tdir / (name + ".tmp")
         try:
             tdir.mkdir(parents=True, exist_ok=True)
-            df.write_parquet(tmp, compression="zstd", statistics=True)
+            df.write_parquet(
+                tmp, compression="zstd", compression_level=PART_ZSTD_LEVEL, statistics=True
+            )
         except Exception as exc:  # C05: disk full (polars raises its own error types too)
             with contextlib.suppress(OSError):
                 tmp.unlink()
