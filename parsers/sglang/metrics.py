@@ -142,30 +142,28 @@ def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFram
     if parts is None:
         return empty("decode"), empty("prefill")
     t = pl.col("text")
-    parts = parts.with_columns(
-        t.str.slice(
-            pl.col("_pos") + pl.when(pl.col("which") == "Decode").then(12).otherwise(13)
-        ).alias("_after"),
-    )
-    a = pl.col("_after")
-    tagged = parts["_after"].str.starts_with(" [").any()
-    if tagged:  # `[N]` iteration tags (SGLANG_LOG_FORWARD_ITERS, 0.5.4)
+    # where the head's words end; the text after them is sliced once (a copy of every line)
+    end = pl.col("_pos") + pl.when(pl.col("which") == "Decode").then(12).otherwise(13)
+    if parts.select((t.str.slice(end, 2) == " [").any()).item():
+        # `[N]` iteration tags (SGLANG_LOG_FORWARD_ITERS, 0.5.4)
+        a = t.str.slice(end)
         parts = parts.with_columns(
             a.str.extract(r"^ \[(\d+)\]", 1).cast(pl.Int64, strict=False).alias("iter"),
             a.str.replace(r"^(?: \[\d+\])?[.,] ", "").alias("rest"),
         )
     else:
         parts = parts.with_columns(
-            pl.lit(None, dtype=pl.Int64).alias("iter"), a.str.slice(2).alias("rest")
+            pl.lit(None, dtype=pl.Int64).alias("iter"), t.str.slice(end + 2).alias("rest")
         )
-    parts = parts.drop("text", "_after", "_pos").with_columns(_rank(parts).alias("rank"))
+    parts = parts.drop("text", "_pos").with_columns(_rank(parts).alias("rank"))
     out = []
+    by_kind = parts.partition_by("which", as_dict=True)  # one pass, in line order
     for which, fields, schema in (
         ("Decode", DECODE_FIELDS, DECODE_SCHEMA),
         ("Prefill", PREFILL_FIELDS, PREFILL_SCHEMA),
     ):
-        sub = parts.filter(pl.col("which") == which)
-        if sub.is_empty():
+        sub = by_kind.get((which,))
+        if sub is None or sub.is_empty():
             out.append(empty(which.lower()))
             continue
         done, rest = _fields_fast(sub, fields, schema)
