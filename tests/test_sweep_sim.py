@@ -88,6 +88,7 @@ def test_sim_mix_sweep_every_cause_right():
     }
     assert no_group_left(Store.open()) == []
     # the plots beside the logs, and the report of the sweep's runs only
+    assert sorted(data["plots"]) == ["accept", "trend"]  # (they were refused: inside the home)
     assert all(Path(p).stat().st_size > 10_000 for p in data["plots"].values())
     r = CliRunner().invoke(cli, ["report", "--sweep", "sim-mix", "--out", "sweep.html"])
     assert r.exit_code == 0, r.output

@@ -102,15 +102,17 @@ def make_plot(
     baseline: str | float | None = None,
     experiment: str | None = None,
     group_by: str | list[str] | None = None,
+    own: bool = False,
 ) -> tuple[Figure, Path]:
-    """Draw one kind of plot and save it (default ./forensics-<kind>.png)."""
+    """Draw one kind of plot and save it (default ./forensics-<kind>.png); ``own``: the
+    image is forensics' own file under its home (forensics.output.write_home_file)."""
     draw: Any = DRAW.get(kind)
     if draw is None:
         raise UsageError(f"plot {kind}: unknown kind", hint=f"one of {', '.join(KINDS)}")
     if out is not None and not str(out).strip():
         raise UsageError("--out '': an empty file name", hint=f"--out forensics-{kind}.png")
     path = Path(out) if out else default_out(kind)
-    image_format(path)  # a bad --out fails before drawing
+    image_format(path, own=own)  # a bad --out fails before drawing
     fig = draw(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
-    save_figure(fig, path)
+    save_figure(fig, path, own=own)
     return fig, path

@@ -44,12 +44,13 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def image_format(path: Path) -> str:
+def image_format(path: Path, *, own: bool = False) -> str:
     """The image format ``path`` names: its extension, else PNG for a device or FIFO written
     in place or to stdout (``-o /dev/null``, ``-o /dev/stdout``, ``-o -``); else a usage error."""
     from forensics.output import TARGET_KINDS, target_kind
 
-    check_out_path(path)  # what the path is (a folder, a missing folder) says first
+    if not own:  # forensics' own file (a sweep's plots) is written by write_home_file
+        check_out_path(path)  # what the path is (a folder, a missing folder) says first
     fmt = FORMATS.get(path.suffix.lower())
     if (
         fmt is None
@@ -65,15 +66,20 @@ def image_format(path: Path) -> str:
     return fmt
 
 
-def save_figure(fig: Figure, out: str | Path) -> Path:
-    """Save as PNG or SVG (by extension) through ``forensics.output.write_output``."""
-    from forensics.output import write_output
+def save_figure(fig: Figure, out: str | Path, *, own: bool = False) -> Path:
+    """Save as PNG or SVG (by extension) through ``forensics.output``: ``write_output`` for
+    the user's --out, ``write_home_file`` for ``own`` images under forensics' home (a sweep's
+    plots, which ``write_output`` refuses there)."""
+    from forensics.output import write_home_file, write_output
 
     path = Path(out)
-    fmt = image_format(path)  # checks the path too (forensics.output.check_out_path)
+    fmt = image_format(path, own=own)  # checks the user's path too (check_out_path)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=110)
-    write_output(path, buf.getvalue(), what="the image")
+    if own:
+        write_home_file(path, buf.getvalue(), what="the image", mode=0o644)
+    else:
+        write_output(path, buf.getvalue(), what="the image")
     return path
 
 

@@ -265,6 +265,7 @@ def plots(store: Store, name: str, out_dir) -> dict[str, str]:  # noqa: ANN001 -
             match,
             out=out_dir / f"{kind}.png",
             baseline=None if base is None else f"{base:.3f}",
+            own=True,  # under $FORENSICS_HOME/sweeps/NAME: forensics' own files
         )
         out[kind] = str(path)
     return out
