@@ -40,7 +40,7 @@ class CommandError(click.ClickException):
         self.exit_code = exc.exit_code
 
     def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
-        click.echo(f"Error: {redact_url(self.message)}", err=True)
+        click.echo(f"Error: {shown(self.message)}", err=True)
 
 
 class OrderedGroup(click.Group):
@@ -101,12 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
         os.environ.get("FORENSICS_DEBUG")
     )
+    from forensics.output import guard_stdout
+
     try:
-        rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False)
+        with guard_stdout():  # a write to stdout that fails: one Error line, exit 2
+            rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False)
     except ForensicsError as exc:
         if debug:
             raise
-        click.echo(f"Error: {redact_url(str(exc))}", err=True)
+        click.echo(f"Error: {shown(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, EOFError) and not debug:  # click takes any EOFError for
@@ -138,14 +141,22 @@ def _unexpected(exc: BaseException) -> None:
     """One line for an exception no command turned into a ForensicsError, and its exit."""
     known = _path_error(exc) if isinstance(exc, Exception) else None
     if known is not None:  # a path error no command caught: the one errno table says it
-        click.echo(f"Error: {redact_url(str(known))}", err=True)
+        click.echo(f"Error: {shown(str(known))}", err=True)
         sys.exit(known.exit_code)
     click.echo(
-        f"Error: internal error: {type(exc).__name__}: {redact_url(str(exc))} "
+        f"Error: internal error: {type(exc).__name__}: {shown(str(exc))} "
         "(this is a bug; rerun with --debug for the traceback)",
         err=True,
     )
     sys.exit(EXIT_INTERNAL)
+
+
+def shown(message: str) -> str:
+    """An error line as printed: URL passwords hidden (forensics.urls), and every other
+    secret through the parser's one redaction (a message may quote a chain's `--api-key X`)."""
+    from forensics_parsers.secrets import redact
+
+    return redact_url(redact(message))
 
 
 def _say_interrupted() -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import select
 import stat
@@ -206,8 +207,9 @@ def write_output(path: str | Path, data: bytes | str, *, what: str = "the output
             hint="keep the reader open until the end",
         ) from None
     except OSError as exc:
+        shown = STD_FDS[std_fd(target) or 1] if how == "stream" else target
         raise UsageError(
-            f"{target}: cannot write {what} ({_cause(exc)})", hint="pick a writable --out"
+            f"{shown}: cannot write {what} ({_cause(exc)})", hint="pick a writable --out"
         ) from exc
     return target
 
@@ -217,6 +219,74 @@ def status_to_stderr(path: str | Path) -> bool:
     status line ("wrote PATH", its --json summary) then goes to stderr, never after the
     bytes of the output."""
     return std_fd(path) == 1
+
+
+class _GuardedFd(io.RawIOBase):
+    """fd 1 under ``guard_stdout``: a write that fails raises ``UsageError`` once (naming
+    stdout and the cause); what is written after that is dropped, so the interpreter's last
+    flush cannot fail again. A closed pipe stays ``BrokenPipeError`` (the CLI's quiet exit)."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd = fd
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:  # noqa: ANN001 - a bytes-like object
+        if self.failed:
+            return len(data)
+        try:
+            return os.write(self._fd, data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            self.failed = True
+            raise UsageError(
+                f"stdout: cannot write the output ({_cause(exc)})",
+                hint="redirect it to a file on a disk with space, or to a pipe",
+            ) from None
+
+
+@contextlib.contextmanager
+def guard_stdout():  # noqa: ANN201 - a context manager
+    """While a command runs, ``sys.stdout`` writes to fd 1 through ``_GuardedFd``: a full
+    disk or ``> /dev/full`` under any output (a table, --json, --csv) is one ``Error: stdout:
+    …`` line and exit 2, not an internal error. Left as it is when stdout is not fd 1 (a test's
+    capture)."""
+    old = sys.stdout
+    try:
+        is_fd1 = old is not None and old.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        is_fd1 = False
+    if not is_fd1:
+        yield
+        return
+    with contextlib.suppress(Exception):
+        old.flush()
+    raw = _GuardedFd(1)
+    new = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+    )
+    sys.stdout = new
+    try:
+        yield
+        new.flush()  # inside the contract: what is left in the buffer is written now
+    finally:
+        sys.stdout = old
+        raw.failed = True  # the wrapper's own last flush (when it is collected) drops
+        with contextlib.suppress(Exception):
+            new.detach()
 
 
 def write_home_file(
@@ -341,6 +411,7 @@ def _append(target: Path, data: bytes, mode: int) -> None:
 
 __all__ = [
     "STALL_S",
+    "guard_stdout",
     "TARGET_KINDS",
     "check_out_path",
     "replace_file",

@@ -238,3 +238,18 @@ def test_output_paths_full_disk_and_read_only_keep_the_old_file(one_run, tiny_fs
     assert old.read_text() == "old report"
     assert sorted(p.name for p in full.iterdir()) == ["fill", "report.html"]
     assert list(ro.iterdir()) == []
+
+
+def test_output_paths_stdout_on_a_full_device_is_one_error_line(one_run):
+    """Output-path class: any command's stdout on a full device (`> /dev/full`): exit 2 and
+    `Error: stdout: cannot write the output (no space left …)`, never an internal error."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    for args in (["runs", "--json"], ["runs", "--csv"], ["runs"], ["show", "cg_5dt"]):
+        with open("/dev/full", "wb") as full:
+            p = _cli(*args, stdout=full)
+        err = p.stderr.decode()
+        assert p.returncode == 2, (args, err)
+        assert err.startswith("Error: stdout: cannot write the output (no space left") and (
+            err.count("\n") == 1
+        ), (args, err)
