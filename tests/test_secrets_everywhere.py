@@ -172,3 +172,10 @@ def test_bench_with_a_password_in_the_url(sim, capsys):  # noqa: F811
     out = cli(capsys, "runs", "--json", ok=(0, 3))
     assert not leaks(out)
     assert home_leaks() == []
+
+
+def test_an_error_line_that_quotes_a_secret(capsys):
+    """The one `Error:` line goes through the parser's redaction too (a message may quote
+    what the user typed: a chain, a name with `--api-key X`)."""
+    out = cli(capsys, "show", f"x --api-key {MORE['cli_api_key']}", ok=(3,))
+    assert out.startswith("Error: ") and "«redacted:" in out and not leaks(out)
