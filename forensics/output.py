@@ -130,7 +130,9 @@ def check_out_path(path: str | Path) -> Path:
     target)."""
     path = Path(path)
     kind = target_kind(path)  # what the path leads to (symlinks followed)
-    if TARGET_KINDS[kind] in ("stream", "in_place"):
+    if TARGET_KINDS[kind] == "stream":
+        return path  # stdout/stderr: where they go is the shell's choice (`-o -` in any cwd)
+    if TARGET_KINDS[kind] == "in_place":
         # opened through the link itself (``/dev/stdout`` resolves to ``pipe:[…]``)
         _outside_home(path)
         return path
@@ -362,6 +364,9 @@ def _write_atomic(target: Path, data: bytes, *, mode: int = 0o666, follow: bool 
             raise OSError(errno.ELOOP, "is a symbolic link (forensics' own files never are)")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         try:
+            if follow:  # a user's file keeps its mode when it is replaced
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
             _write_all(fd, data)
             os.fsync(fd)
         finally:

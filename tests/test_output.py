@@ -253,3 +253,17 @@ def test_output_paths_stdout_on_a_full_device_is_one_error_line(one_run):
         assert err.startswith("Error: stdout: cannot write the output (no space left") and (
             err.count("\n") == 1
         ), (args, err)
+
+
+def test_output_paths_a_replaced_file_keeps_its_mode_and_dash_works_in_the_home(one_run, tmp_path):
+    """Output-path class: `-o r.html` over a 0600 file leaves it 0600 (the rename made it
+    0644); `-o -` is stdout whatever the current folder (inside the home it was refused)."""
+    target = tmp_path / "r.html"
+    target.write_text("old")
+    target.chmod(0o600)
+    p = _cli("report", "-o", str(target))
+    assert p.returncode == 0, p.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() != "old"
+    p = _cli("report", "-o", "-", cwd=os.environ["FORENSICS_HOME"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith(b"</html>")
