@@ -189,3 +189,27 @@ def test_ingest_of_stdin_on_a_pipe_is_a_fifo(tmp_path, path):
     )
     assert p.returncode == 2, p.stderr
     assert b"FIFO" in p.stderr and b"pipe:[" not in p.stderr
+
+
+# --- class "Compressed formats damaged": nothing decodes -> not read (exit 3), as classify ---
+
+
+@pytest.mark.parametrize("cut", [10, 18])
+def test_ingest_of_a_compressed_log_of_which_nothing_decodes_is_not_read(tmp_path, cut):
+    import gzip
+    from pathlib import Path
+
+    log = Path(__file__).parent.parent / "fixtures" / "sglang_fail_capture.log"
+    bad = tmp_path / "cut.log.gz"
+    bad.write_bytes(gzip.compress(log.read_bytes() * 20)[:cut])
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    cmd = [sys.executable, "-m", "forensics"]
+    for _ in range(2):  # and again: it was not recorded as read, so not "unchanged"
+        p = subprocess.run([*cmd, "ingest", str(bad)], env=env, capture_output=True, text=True)
+        assert p.returncode == 3, p.stderr
+        assert "nothing decoded" in p.stderr
+    p = subprocess.run(
+        [*cmd, "ingest", str(bad), str(log)], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    assert "nothing decoded" in p.stderr

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from forensics.errors import (
     BadPath,
     FileMissing,
+    InputNotFound,
     NotALog,
     NotRegularFile,
     PermissionDenied,
@@ -73,7 +74,8 @@ def _ingest_one(
     if isinstance(opened, FileOutcome):
         return opened
     parsed = _parse_file(tx, opened, summary, name_pattern, report)
-    _record(tx, opened, parsed)
+    if opened.out.reason != "undecodable":  # no record: the next ingest tries it again
+        _record(tx, opened, parsed)
     return opened.out
 
 
@@ -283,6 +285,9 @@ def _parse(
         except StreamDamaged as exc:
             summary.stats["compressed_truncated"] = summary.stats.get("compressed_truncated", 0) + 1
             summary.warnings.append(exc.message)
+            if consumed == offset == 0:  # nothing decoded: not read, as classify says (exit 3)
+                summary.refused.append(InputNotFound(exc.message, hint=exc.hint))
+                o.out.status, o.out.reason = "skipped", "undecodable"
         if pending is not None:
             pending.result()
     return consumed, last_frames
