@@ -137,6 +137,8 @@ def _classify_stdin(model, warn):
     from forensics import classifier
     from forensics.errors import UsageError
 
+    if sys.stdin is None:  # started with its standard input closed (`<&-`)
+        raise UsageError("<stdin>: standard input is closed", hint="classify - < x.log")
     if sys.stdin.isatty():
         click.echo("paste the log, then Ctrl-D on a line of its own", err=True)
     data, cut = classifier.read_paste(sys.stdin.buffer)

@@ -566,6 +566,12 @@ def open_log(host: Any, path: str, *, where: str | None = None, hasher: Any = No
             hint="extract the server's text log from it and give that",
         )
     text = _text_head(host, path, fmt) if fmt is not None else head
+    inner_fmt = _format_of(text) if fmt is not None else None
+    if inner_fmt is not None:  # a zip, a tar or another compressed file inside: one level only
+        raise NotALog(
+            f"{where}: {inner_fmt.what} inside a {fmt.name} stream, not a log",
+            hint="decompress it and give the server's text log inside",
+        )
     encoding, bom = _encoding_of(text)
     if encoding == "utf-8" and looks_binary(text):
         inner = f"{fmt.what} " if fmt is not None else ""

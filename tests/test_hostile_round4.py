@@ -213,3 +213,46 @@ def test_ingest_of_a_compressed_log_of_which_nothing_decodes_is_not_read(tmp_pat
     )
     assert p.returncode == 0, p.stderr
     assert "nothing decoded" in p.stderr
+
+
+# --- class "Non-regular and odd inputs": a container inside a compressed file; stdin closed ---
+
+
+def _zip_of(data: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:  # stored: the log's text is in the clear
+        z.writestr("x.log", data)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "wrap, what",
+    [
+        (lambda b: __import__("gzip").compress(_zip_of(b)), "a zip archive inside a gzip"),
+        (lambda b: __import__("lzma").compress(__import__("gzip").compress(b)), "inside a xz"),
+    ],
+)
+def test_a_container_inside_a_compressed_file_is_not_a_log(tmp_path, wrap, what):
+    from pathlib import Path
+
+    log = Path(__file__).parent.parent / "fixtures" / "sglang_fail_capture.log"
+    bad = tmp_path / "x.log"
+    bad.write_bytes(wrap(log.read_bytes()))
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    for cmd in (["classify", str(bad)], ["ingest", str(bad)], ["diagnose", "x", "--log", str(bad)]):
+        p = subprocess.run(
+            [sys.executable, "-m", "forensics", *cmd], env=env, capture_output=True, text=True
+        )
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert what in p.stderr and "not a log" in p.stderr
+
+
+def test_classify_paste_with_stdin_closed_is_one_line():
+    p = subprocess.run(
+        f"{sys.executable} -m forensics classify - <&-", shell=True, capture_output=True, text=True
+    )
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("Error: <stdin>: standard input is closed")
