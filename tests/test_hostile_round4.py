@@ -256,3 +256,37 @@ def test_classify_paste_with_stdin_closed_is_one_line():
     )
     assert p.returncode == 2, p.stderr
     assert p.stderr.startswith("Error: <stdin>: standard input is closed")
+
+
+# --- class "Correctness of the store": a renamed log is one launch, not two ---
+
+
+def test_a_renamed_log_is_ingested_once(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent.parent / "fixtures"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(fixtures / "sglang_fail_capture.log", logs / "a.log")
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    cmd = [sys.executable, "-m", "forensics"]
+
+    def ingest():
+        p = subprocess.run([*cmd, "ingest", str(logs)], env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+
+    def names():
+        p = subprocess.run([*cmd, "runs", "--json"], env=env, capture_output=True, check=True)
+        return sorted(r["name"] for r in json.loads(p.stdout))
+
+    ingest()
+    (logs / "a.log").rename(logs / "c.log")
+    assert "renamed" in ingest()
+    assert names() == ["a"]
+    # another file under the old name is a new log, whatever inode it got
+    shutil.copy(fixtures / "sglang_fail_load_kv_oom.log", logs / "a.log")
+    ingest()
+    assert len(names()) == 2

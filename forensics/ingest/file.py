@@ -163,10 +163,11 @@ def _open(
     except OSError as exc:
         return _skip(out, summary, "unreadable", exc.strerror or str(exc))
     dev = _device(host, path)
-    same = _same_file(tx, batch, hname, dev, src.stat.inode, sid, path)
-    if same:
-        return _skip(out, summary, "duplicate", same)
     head_hash = hashlib.sha1(src.head[: min(len(src.head), HEAD_BYTES)]).hexdigest()
+    unchanged = {"size": src.stat.size, "mtime": src.stat.mtime, "head_hash_full": head_hash}
+    same = _same_file(tx, batch, hname, dev, src.stat.inode, sid, path, unchanged)
+    if same:
+        return _skip(out, summary, *same)
     return _Opened(out, src, hasher, dev, head_hash)
 
 

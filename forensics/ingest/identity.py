@@ -59,24 +59,33 @@ def _same_file(
     inode: int | None,
     sid: str,
     path: str,
-) -> str | None:
-    """The path under which this very file (same device and inode) is already ingested."""
+    unchanged: dict[str, Any] | None = None,
+) -> tuple[str, str] | None:
+    """(skip reason, the path under which this very file is already ingested): the same
+    device and inode under another name that still exists (``duplicate``, a hard link), or a
+    stored source whose name is gone (or now another file) and whose record matches this
+    file's size, mtime and head (``renamed``: ``mv a.log c.log`` is one launch, not two)."""
     if dev is None or inode is None:
         return None
     key = (hname, dev, inode)
     seen = batch.seen if batch is not None else {}
     if key in seen and seen[key][0] != sid:
-        return seen[key][1]
+        return "duplicate", seen[key][1]
     index = batch.stored_inodes(tx) if batch is not None else _inode_index(tx)
     for osid, opath in index.get(key, ()):
         if osid == sid:
             continue
         try:
             st = os.stat(opath)
+        except FileNotFoundError:
+            st = None
         except (OSError, TypeError):
             continue
-        if (st.st_dev, st.st_ino) == (dev, inode):
-            return opath
+        if st is not None and (st.st_dev, st.st_ino) == (dev, inode):
+            return "duplicate", opath
+        rec = tx.man.sources.get(osid) or {}
+        if unchanged and all(rec.get(k) == v for k, v in unchanged.items()):
+            return "renamed", opath
     seen[key] = (sid, path)
     return None
 

@@ -105,6 +105,8 @@ SKIP_REASONS = {
     "not-regular": "{detail} (skipped)",
     "bad-path": "{detail} (skipped)",
     "duplicate": "the same file as {detail} (a hard link): ingested once",
+    "renamed": "the same file as {detail}, ingested under that name before it was renamed "
+    "(same inode, size, mtime and head): ingested once",
     "store": "a file of the forensics store itself, not a log (skipped)",
 }
 # The log source's refusals (forensics.logsource.open_log) -> the skip reason.
