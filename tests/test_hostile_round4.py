@@ -290,3 +290,25 @@ def test_a_renamed_log_is_ingested_once(tmp_path):
     shutil.copy(fixtures / "sglang_fail_load_kv_oom.log", logs / "a.log")
     ingest()
     assert len(names()) == 2
+
+
+# --- class "Unknown env values": FORENSICS_HOME inside another store ---
+
+
+@pytest.mark.parametrize("sub", ["tables", "tables/runs", "models", "new/folder"])
+def test_a_home_inside_a_store_is_refused_and_the_store_untouched(tmp_path, sub):
+    from pathlib import Path
+
+    log = Path(__file__).parent.parent / "fixtures" / "sglang_fail_capture.log"
+    st = tmp_path / "st"
+    cmd = [sys.executable, "-m", "forensics"]
+    env = {**os.environ, "FORENSICS_HOME": str(st)}
+    subprocess.run([*cmd, "ingest", str(log)], env=env, check=True, capture_output=True)
+    before = {p: p.read_bytes() for p in st.rglob("*") if p.is_file()}
+    for argv in (["ingest", str(log)], ["runs"]):
+        p = subprocess.run(
+            [*cmd, *argv], env={**env, "FORENSICS_HOME": str(st / sub)}, capture_output=True
+        )
+        assert p.returncode == 7, p.stderr
+        assert b"inside the forensics store" in p.stderr
+    assert {p: p.read_bytes() for p in st.rglob("*") if p.is_file()} == before

@@ -57,6 +57,18 @@ def _check_owner(root: Path) -> None:
         )
 
 
+def _check_not_nested(root: Path) -> None:
+    """Refuse a store folder inside another store (``FORENSICS_HOME=$STORE/tables``): its
+    manifest, lock and parts would land among the other store's, which takes them for its
+    own (orphans set aside by ``store repair``, a second manifest)."""
+    for parent in Path(os.path.abspath(root)).parents:
+        if (parent / MANIFEST).is_file() and (parent / "tables").is_dir():
+            raise StoreError(
+                f"{root}: inside the forensics store {parent}, not a store of its own",
+                hint=f"pass --store {parent} (or a folder outside it)",
+            )
+
+
 class Store:
     """A forensics store rooted at a folder."""
 
@@ -78,6 +90,7 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> Store:
         root = Path(path).expanduser() if path else default_root()
+        _check_not_nested(root)
         if root.exists() and not root.is_dir():
             raise StoreError(f"{root}: store path is a file, not a folder", hint="pass --store DIR")
         if not root.exists():
