@@ -364,9 +364,13 @@ class Transaction:
         root = self.store.root
         tmp_man = root / (MANIFEST + ".tmp")
         try:
+            for _, _, tmp in self._new:  # a part's bytes reach the disk before a manifest
+                _fsync_path(tmp, os.O_RDONLY)  # lists it (a power cut: never a short part)
             for table, name, tmp in self._new:
                 os.replace(tmp, self._final(table, name))
                 self.man.tables.setdefault(table, []).append(name)
+            for tdir in sorted({self._final(t, n).parent for t, n, _ in self._new}):
+                _fsync_path(tdir, os.O_RDONLY | os.O_DIRECTORY)  # and their new names
             for table, p in self._drop_parts:
                 listed = self.man.tables.get(table, [])
                 if p in listed:
@@ -403,6 +407,14 @@ def _read_part(path: Path) -> pl.DataFrame:
             f"{path}: corrupt or missing store part ({str(exc).splitlines()[0][:200]})",
             hint="run `forensics runs` to quarantine it, then retry",
         ) from exc
+
+
+def _fsync_path(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_durably(path: Path, data: bytes) -> None:
