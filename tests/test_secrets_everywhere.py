@@ -162,6 +162,9 @@ def test_a_failing_launch_with_secrets_in_its_chain(tmp_path, capsys):
     out = cli(capsys, "launch", "--list", "--json")
     assert not leaks(out)
     assert home_leaks() == []
+    # the journal the wrapper writes beside the log records the steps redacted too
+    journal = (tmp_path / "logs" / "s.log.journal.jsonl").read_text()
+    assert '"orig"' in journal and "\\u00abredacted:" in journal and not leaks(journal)
 
 
 def test_bench_with_a_password_in_the_url(sim, capsys):  # noqa: F811

@@ -61,7 +61,12 @@ _srv() {
 
 
 def _fields(step: Step, kind: str, cmd: str, deadline: float | None) -> str:
-    obj: dict[str, Any] = {"kind": kind, "cmd": cmd, "orig": step.text}
+    """The journal's fields of a step (what is recorded, not what runs: the step's text is
+    passed to the wrapper beside them), its secrets redacted (parsers/secrets.py): the
+    journal beside the log never holds a chain's `--api-key X`."""
+    from forensics_parsers.secrets import redact
+
+    obj: dict[str, Any] = {"kind": kind, "cmd": redact(cmd), "orig": redact(step.text)}
     if deadline is not None:
         obj["deadline_s"] = deadline
     return json.dumps(obj, ensure_ascii=True)[1:-1]
@@ -154,7 +159,9 @@ def _strip_setsid(step: Step) -> str:
 def build_supervisor(
     *, journal: str, work_dir: str, launch_id: str, shell: str, begin: dict[str, Any]
 ) -> str:
-    fields = json.dumps(begin, ensure_ascii=True)[1:-1]
+    from forensics_parsers.secrets import redact_data
+
+    fields = json.dumps(redact_data(begin), ensure_ascii=True)[1:-1]  # as _fields: recorded
     d = shlex.quote(work_dir)
     return (
         f"J={shlex.quote(journal)}\nL={shlex.quote(launch_id)}\n"
