@@ -78,6 +78,39 @@ def test_launcher_health_probe_caps_the_body(faultserver):
     assert launcher.http_status(LocalHost(), url, set(), timeout=10) is None
 
 
+def test_launcher_health_probe_of_a_non_http_answer_or_a_bad_port_is_no_answer():
+    """A health port that answers bytes that are not HTTP (http.client's BadStatusLine), and a
+    chain's `--port notaport` (InvalidURL), are "nothing answers", never an internal error
+    (the launch of such a chain ended in a traceback once the server had started)."""
+    from forensics import launcher
+    from forensics.hosts import LocalHost
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def answer_garbage():
+        for _ in range(2):
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2 not http\r\n\r\n")
+
+    t = threading.Thread(target=answer_garbage, daemon=True)
+    t.start()
+    port = srv.getsockname()[1]
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        assert launcher.http_status(LocalHost(), url, set(), timeout=10) is None
+    finally:
+        srv.close()
+    bad = "http://127.0.0.1:notaport/health"
+    assert launcher.http_status(LocalHost(), bad, set(), timeout=10) is None
+
+
 @pytest.mark.timeout(120)
 def test_deadline_cuts_a_flush_cache_that_hangs(faultserver):
     """After --deadline nothing more is waited for: the /flush_cache that answers only after

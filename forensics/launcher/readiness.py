@@ -32,6 +32,7 @@ def http_status(
     wget), so the request comes from where the server runs.
     """
     if is_local(host):
+        import http.client
         import urllib.error
         import urllib.request
 
@@ -45,8 +46,8 @@ def http_status(
                 return resp.status
         except urllib.error.HTTPError as exc:
             return exc.code
-        except (OSError, ValueError):
-            return None
+        except (OSError, ValueError, http.client.HTTPException):
+            return None  # refused, timed out, a bad URL (`--port x`) or not HTTP at all
     q, t = shlex.quote(url), f"{timeout:g}"
     if "curl" in tools:
         post = (
