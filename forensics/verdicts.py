@@ -59,29 +59,57 @@ def refresh(
             store.set_meta(done_meta, None)
         return 0
     model = load_model(store)
-    rows = []
-    for rid, sid, ri in runs.select("run_id", "source_id", "run_index").iter_rows():
-        v = classify_stored(store, sid, int(ri), model)
-        if v.phase is None and unplaced is not None:
-            unplaced.add(sid)
-        rows.append(
-            {
-                "run_id": rid,
-                "key": STORED_KEY,
-                "phase": v.phase,
-                "hung": v.hung,
-                "signature": v.signature,
-                "confidence": round(v.confidence, 3),
-                "verdict": json.dumps(asdict(v), default=str, ensure_ascii=False),
-            }
-        )
-    ids = [r["run_id"] for r in rows]
+    runs = runs.select("run_id", "source_id", "run_index").sort("source_id", "run_index")
     with store.transaction() as tx:
-        tx.drop_rows(TABLE, ~pl.col("run_id").is_in(ids))
-        tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
+        tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
+        # a batch of runs at a time: their rows read (by run range), their verdicts written
+        # as a part; memory is one batch's, whatever the number of runs (a log of 100,000
+        # launches), and each run's rows are read once, not once per run of its log
+        for batch in runs.iter_slices(VERDICT_BATCH):
+            rows = []
+            for (sid,), one in batch.group_by("source_id", maintain_order=True):
+                rix = one["run_index"]
+                tables = _tables_of(store, str(sid), (int(rix.min()), int(rix.max())), len(runs))
+                for rid, ri in one.select("run_id", "run_index").iter_rows():
+                    v = classify_stored(store, sid, int(ri), model, tables.get(ri))
+                    if v.phase is None and unplaced is not None:
+                        unplaced.add(sid)
+                    rows.append(_row(rid, v))
+            tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
         if done_meta is not None:
             tx.set_meta(done_meta, None)
-    return len(rows)
+    return len(runs)
+
+
+VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at a time (refresh)
+
+
+def _tables_of(store: Store, sid: str, runs: tuple[int, int], total: int) -> dict[int, Any]:
+    """The analysis tables of each run of ``runs`` (first, last) of source ``sid``, split by
+    run; a store of fewer runs than a batch is read as a whole (the store caches it)."""
+    from forensics.classifier.stored import _store_tables
+
+    tables = _store_tables(store, sid, runs if total > VERDICT_BATCH else None)
+    per_run: dict[int, dict[str, pl.DataFrame]] = {}
+    for name, df in tables.items():
+        if df.is_empty() or "run_index" not in df.columns:
+            continue
+        for (ri,), part in df.partition_by("run_index", as_dict=True).items():
+            per_run.setdefault(int(ri), {})[name] = part
+    empty = {name: df.clear() for name, df in tables.items()}
+    return {ri: {**empty, **t} for ri, t in per_run.items()}
+
+
+def _row(rid: str, v: Any) -> dict[str, Any]:
+    return {
+        "run_id": rid,
+        "key": STORED_KEY,
+        "phase": v.phase,
+        "hung": v.hung,
+        "signature": v.signature,
+        "confidence": round(v.confidence, 3),
+        "verdict": json.dumps(asdict(v), default=str, ensure_ascii=False),
+    }
 
 
 def explained(store: Store, run: dict[str, Any]):

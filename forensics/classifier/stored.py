@@ -20,17 +20,25 @@ from forensics.errors import StoreError
 from forensics.tables import VERDICT_SCHEMA
 
 
-def _store_tables(store, source_id: str) -> dict[str, pl.DataFrame]:
-    out = {"runs": store.source_rows("runs", source_id)}  # the store splits each table once
+def _store_tables(
+    store, source_id: str, runs: tuple[int, int] | None = None
+) -> dict[str, pl.DataFrame]:
+    """What the analysis reads of a stored log; ``runs`` (first, last): of those runs only,
+    read part by part, uncached (a log of 100,000 launches: verdicts.refresh, a batch at a
+    time); else of every run, the store splitting each table once."""
+    where = pl.col("run_index").is_between(*runs) if runs is not None else None
+    out = {"runs": store.source_rows("runs", source_id, where=where)}
     for name, reduce in HEAD_TAIL_REDUCES.items():  # events, errors, lines: head and tail
-        out[name] = store.source_rows(name, source_id, reduce=reduce)
+        out[name] = store.source_rows(name, source_id, reduce=reduce, where=where)
     for name in ("decode", "prefill"):  # counts per run and rank: never the table whole
-        out[name] = store.source_rows(name, source_id, reduce=metrics_reduce)
+        out[name] = store.source_rows(name, source_id, reduce=metrics_reduce, where=where)
     return _bounded(out)
 
 
-def analyze_stored(store, source_id: str, run_index: int) -> Analysis:
-    tables = _store_tables(store, source_id)
+def analyze_stored(
+    store, source_id: str, run_index: int, tables: dict[str, pl.DataFrame] | None = None
+) -> Analysis:
+    tables = tables if tables is not None else _store_tables(store, source_id)
     src = store.sources().get(source_id, {})
     mtime = src.get("mtime")
     return analyze(tables, run_index, path=src.get("path", source_id), mtime=mtime)
@@ -56,8 +64,15 @@ def _state_key(store, source_id: str, model: Model | None) -> str:
     )
 
 
-def classify_stored(store, source_id: str, run_index: int, model: Model | None = None) -> Verdict:
-    a = analyze_stored(store, source_id, run_index)
+def classify_stored(
+    store,
+    source_id: str,
+    run_index: int,
+    model: Model | None = None,
+    tables: dict[str, pl.DataFrame] | None = None,
+) -> Verdict:
+    """The verdict of a stored run (``tables``: _store_tables' of a range holding it)."""
+    a = analyze_stored(store, source_id, run_index, tables)
     v = verdict(a, model if model is not None else load_model(store))
     label = _labels_for(store).get(source_id, {}).get(run_index)
     if label:

@@ -44,6 +44,17 @@ def _stage(tx: Any, sid: str, frames: Frames, key: str) -> None:
             tx.stage(t, df.with_columns(pl.lit(sid).alias("source_id")), key)
 
 
+def _run_rows(runs: Any, out: FileOutcome) -> Any:
+    """Run summaries as rows of the runs table: with their source, path and host."""
+    import polars as pl
+
+    return runs.with_columns(
+        pl.lit(out.source_id).alias("source_id"),
+        pl.lit(out.path).alias("path"),
+        pl.lit(out.host).alias("host_name"),
+    )
+
+
 @dataclass
 class _Opened:
     """A log opened for ingest: what is known of it before its bytes are parsed."""
@@ -104,8 +115,9 @@ class _Parsed:
     consumed: int  # bytes read up to
     offset: int  # the end of the last complete line (the resume point)
     state: dict[str, Any]  # the parser's state there
-    runs: Any  # the run summaries (a polars frame) or None
+    runs: Any  # the summaries of the runs still open at the end (a polars frame) or None
     bytes_parsed: int
+    runs_closed: int = 0  # runs that ended before, staged with the log's rows as they ended
 
 
 def _parse_file(
@@ -122,7 +134,7 @@ def _parse_file(
     date_hint = time.strftime("%Y-%m-%d", time.localtime(opened.src.stat.mtime))
     path = opened.out.path
     parser = LogParser(path, state=state, name_pattern=name_pattern, date_hint=date_hint)
-    consumed, last_frames = _parse(tx, opened, parser, summary, offset, report)
+    consumed, closed = _parse(tx, opened, parser, summary, offset, report)
     complete_offset = consumed - parser.pending_bytes if not opened.compressed else consumed
     # the state at the resume point, copied now: finish() below parses the pending bytes and
     # mutates the parser's run records. Nothing complete yet (a small file still inside the
@@ -135,8 +147,8 @@ def _parse_file(
     tail = parser.finish()
     _account(summary, opened.out, tail)
     _stage(tx, opened.out.source_id, tail, opened.out.source_id + "~tail")
-    runs = tail.runs if not tail.runs.is_empty() else (last_frames.runs if last_frames else None)
-    return _Parsed(consumed, complete_offset, complete_state, runs, consumed - offset)
+    runs = tail.runs if not tail.runs.is_empty() else None
+    return _Parsed(consumed, complete_offset, complete_state, runs, consumed - offset, closed)
 
 
 def _open(
@@ -241,7 +253,8 @@ def _parse(
     report: Callable[[int, int], None] | None,
 ) -> tuple[int, Frames | None]:
     """Feed the bytes from ``offset`` to ``parser``, its rows into ``tx``; -> (bytes consumed
-    up to, the last chunk's frames)."""
+    up to, the number of runs that ended: their rows are staged with the log's own, final
+    like them, so no run is held for the whole file)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from forensics.hosts import ReadIncomplete
@@ -250,12 +263,14 @@ def _parse(
     size, sid = o.src.stat.size, o.out.source_id
     path = o.out.path
     consumed = offset
-    last_frames: Frames | None = None
+    closed = 0
 
     def finish_chunk(frames: Frames, prepared: Any) -> None:
         if prepared is not None:
             frames.decode, frames.prefill = extract_batch(prepared)
         _stage(tx, sid, frames, sid)
+        if not frames.runs.is_empty():
+            tx.stage("runs", _run_rows(frames.runs, o.out), sid)
 
     # Three stages on two cores (polars releases the GIL): one thread reads chunk k+1 and
     # splits it into lines (parser.split_lines), this one runs the rule table over chunk k
@@ -277,7 +292,7 @@ def _parse(
                 if pending is not None:
                     pending.result()  # at most one chunk waits: memory stays bounded
                 pending = job
-                last_frames = frames
+                closed += len(frames.runs)
                 if report:
                     report(consumed - offset, max(0, size - offset))
         except ReadIncomplete as exc:
@@ -291,7 +306,7 @@ def _parse(
                 o.out.status, o.out.reason = "skipped", "undecodable"
         if pending is not None:
             pending.result()
-    return consumed, last_frames
+    return consumed, closed
 
 
 def _split_ahead(parser: Any, chunks: Any, pool: Any) -> Any:
@@ -319,14 +334,13 @@ def _record(tx: Any, o: _Opened, parsed: _Parsed) -> None:
     runs, offset, state = parsed.runs, parsed.offset, parsed.state
     o.out.bytes_parsed = parsed.bytes_parsed
     sid, path, hname = o.out.source_id, o.out.path, o.out.host
+    # a grown log's runs that ended before its last ingest stay stored (rows of the log)
+    prev = (tx.man.sources.get(sid) or {}) if o.out.status == "grown" else {}
+    closed = prev.get("runs_closed", 0) + parsed.runs_closed
+    o.out.runs = closed
     if runs is not None and not runs.is_empty():
-        runs = runs.with_columns(
-            pl.lit(sid).alias("source_id"),
-            pl.lit(path).alias("path"),
-            pl.lit(hname).alias("host_name"),
-        )
-        tx.stage("runs", runs, sid + "~runs")
-        o.out.runs = len(runs)
+        tx.stage("runs", _run_rows(runs, o.out), sid + "~runs")
+        o.out.runs += len(runs)
     if not o.compressed:  # a decompressed stream is read again from its start
         text = json.dumps(state, default=str)
         tx.stage("states", pl.DataFrame({"source_id": [sid], "state": [text]}), sid + "~state")
@@ -347,6 +361,7 @@ def _record(tx: Any, o: _Opened, parsed: _Parsed) -> None:
             "offset": offset,
             "resume": not o.compressed,
             "runs": o.out.runs,
+            "runs_closed": closed,
             "ingested_at": time.time(),
         },
     )

@@ -286,8 +286,20 @@ class LogParser:
         if self._closed_tbs:
             out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
             self._closed_tbs = []
-        out.runs = runs_.runs_frame(self.runs, self.source, self.name_pattern)
+        out.runs = self._close_runs()
         return out, prepared
+
+    def _close_runs(self) -> pl.DataFrame:
+        """The rows of the runs that ended (a later one began: nothing after this chunk
+        changes them), dropped from the parser: it holds, and its state saves, the open run
+        only, so a log of 100,000 launches costs the memory of one. The open run's row comes
+        with ``finish()``; ``Frames.concat`` of every chunk's frames is the file's runs."""
+        closed = {ri: run for ri, run in self.runs.items() if ri < self.run_index}
+        if not closed:
+            return empty("runs")
+        for ri in closed:
+            del self.runs[ri]
+        return runs_.runs_frame(closed, self.source, self.name_pattern)
 
     def _lines_of(self, lines_s: pl.Series, ck: _Chunk, partial: bool, cr: bool) -> pl.DataFrame:
         """The chunk's lines split at LF -> (``line``, ``text``, ``batch``: a metrics line),
