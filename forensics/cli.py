@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     from forensics.output import guard_stdout
 
+    _tolerant_streams()
     try:
         with guard_stdout():  # a write to stdout that fails: one Error line, exit 2
             rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False)
@@ -135,6 +136,21 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _tolerant_streams() -> None:
+    """A terminal whose encoding cannot write a character (``LC_ALL=C`` with
+    ``PYTHONUTF8=0``, ``PYTHONIOENCODING=ascii``) gets ``?`` for it, never a
+    UnicodeEncodeError; ``--json`` escapes it instead (``cli_common.json_text``)."""
+    import codecs
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            utf = codecs.lookup(stream.encoding).name.startswith("utf")
+        except (AttributeError, LookupError, TypeError):
+            continue  # closed (None) or not a text stream: nothing to say it in
+        if not utf and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
 
 
 def _unexpected(exc: BaseException) -> None:

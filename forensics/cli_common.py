@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -196,7 +197,29 @@ def json_text(data: Any, *, rounded: bool = False) -> str:
         ).decode()
     except (TypeError, orjson.JSONEncodeError):
         text = json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
+    if not _stdout_writes_unicode():  # `\u00b7`, not `?`: JSON that says what the data is
+        text = re.sub(r"[^\x00-\x7f]", _json_escape, text)
     return redact_url(text)  # an output boundary: no URL password is ever printed
+
+
+def _stdout_writes_unicode() -> bool:
+    import codecs
+
+    enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(enc).name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    """A non-ASCII character (inside a JSON string: the only place one can be) as JSON's
+    ``\\uXXXX`` (a surrogate pair past U+FFFF)."""
+    code = ord(m.group(0))
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def echo_json(data: Any, *, rounded: bool = False) -> None:

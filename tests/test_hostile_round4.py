@@ -312,3 +312,34 @@ def test_a_home_inside_a_store_is_refused_and_the_store_untouched(tmp_path, sub)
         assert p.returncode == 7, p.stderr
         assert b"inside the forensics store" in p.stderr
     assert {p: p.read_bytes() for p in st.rglob("*") if p.is_file()} == before
+
+
+# --- class "CLI contract": a terminal that cannot write UTF-8 (LC_ALL=C, PYTHONUTF8=0) ---
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LC_ALL": "C", "PYTHONUTF8": "0"},
+        {"PYTHONIOENCODING": "ascii"},
+        {"PYTHONIOENCODING": "latin-1"},
+    ],
+)
+def test_a_non_utf8_terminal_gets_text_and_exact_json(tmp_path, env):
+    import json
+    import shutil
+    from pathlib import Path
+
+    log = tmp_path / "sglang_été_ü→·.log"
+    shutil.copy(Path(__file__).parent.parent / "fixtures" / "sglang_fail_capture.log", log)
+    base = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    base.pop("PYTHONIOENCODING", None)
+    cmd = [sys.executable, "-m", "forensics"]
+    subprocess.run([*cmd, "ingest", str(log)], env=base, check=True, capture_output=True)
+    for argv in (["runs"], ["runs", "--csv"], ["lint", "--rules"], ["show", "été"]):
+        p = subprocess.run([*cmd, *argv], env={**base, **env}, capture_output=True)
+        assert p.returncode in (0, 3), (argv, p.stderr)
+        assert b"internal error" not in p.stderr and b"Traceback" not in p.stderr
+    p = subprocess.run([*cmd, "runs", "--json"], env={**base, **env}, capture_output=True)
+    assert p.returncode == 0, p.stderr
+    assert [r["name"] for r in json.loads(p.stdout)] == ["sglang_été_ü→·"]
