@@ -261,7 +261,7 @@ def emit_frame(
     if fmt == "json":
         echo_json(frame_rows(df), rounded=True)
     elif fmt == "csv":
-        sys.stdout.write(redact_url(df.write_csv()))
+        click.echo(redact_url(df.write_csv()), nl=False)  # (no stdout: `>&-`: nothing)
     else:
         print_table(df, title=title, keep=keep)
 

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
 
 
 def console(**kwargs: Any) -> Console:
-    """A rich Console for people's output, markup off (``stderr=True``, ``width=`` as rich)."""
+    """A rich Console for people's output, markup off (``stderr=True``, ``width=`` as rich).
+    A reader that went away (``| head -1``) ends the command as for every other output
+    (forensics.cli.main: exit 0), not with rich's own ``SystemExit(1)``."""
     from rich.console import Console
 
-    return Console(markup=False, **kwargs)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(markup=False, **kwargs)

@@ -343,3 +343,46 @@ def test_a_non_utf8_terminal_gets_text_and_exact_json(tmp_path, env):
     p = subprocess.run([*cmd, "runs", "--json"], env={**base, **env}, capture_output=True)
     assert p.returncode == 0, p.stderr
     assert [r["name"] for r in json.loads(p.stdout)] == ["sglang_été_ü→·"]
+
+
+# --- class "CLI contract": stdout closed, a reader that goes away ---
+
+
+@pytest.fixture(scope="module")
+def one_run_home(tmp_path_factory):
+    from pathlib import Path
+
+    home = tmp_path_factory.mktemp("home")
+    log = Path(__file__).parent.parent / "fixtures" / "sglang_eagle3_cg_5dt.log"
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    subprocess.run(
+        [sys.executable, "-m", "forensics", "ingest", str(log)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return env
+
+
+@pytest.mark.parametrize("argv", ["runs --csv", "signatures --csv", "runs --json", "show sglang"])
+def test_stdout_closed_is_no_internal_error(one_run_home, argv):
+    p = subprocess.run(
+        f"{sys.executable} -m forensics {argv} >&-",
+        shell=True,
+        env=one_run_home,
+        capture_output=True,
+    )
+    assert b"internal error" not in p.stderr and b"Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("argv", ["show sglang", "runs", "runs --csv", "lint --rules"])
+def test_a_reader_that_goes_away_ends_the_command_quietly(one_run_home, argv):
+    for _ in range(3):  # the reader may leave before or after the first write
+        p = subprocess.run(
+            ["bash", "-c", f"{sys.executable} -m forensics {argv} | head -c 1 >/dev/null; "
+             "exit ${PIPESTATUS[0]}"],
+            env=one_run_home,
+            capture_output=True,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert p.stderr == b""
