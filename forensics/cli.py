@@ -88,7 +88,7 @@ def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
         from forensics.home import using
 
         ctx.with_resource(using(store_path))
-    ctx.obj["debug"] = debug or bool(os.environ.get("FORENSICS_DEBUG"))
+    ctx.obj["debug"] = debug or debug_from_env()
 
 
 for _name in COMMAND_MODULES:
@@ -98,9 +98,7 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> None:
     global INTERRUPTED_SAID
     INTERRUPTED_SAID = False  # per call: tests call main in one process
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
-        os.environ.get("FORENSICS_DEBUG")
-    )
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or debug_from_env()
     from forensics.output import guard_stdout
 
     _tolerant_streams()
@@ -136,6 +134,12 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def debug_from_env() -> bool:
+    """``FORENSICS_DEBUG=1`` (or true, yes, on) shows tracebacks; 0, false, no, off, empty or
+    anything else do not (``FORENSICS_DEBUG=0`` used to turn them on)."""
+    return os.environ.get("FORENSICS_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _tolerant_streams() -> None:

@@ -386,3 +386,34 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(one_run_home, argv):
         )  # fmt: skip
         assert p.returncode == 0, p.stderr
         assert p.stderr == b""
+
+
+# --- class "Unknown env values": FORENSICS_DEBUG=0, a home that cannot be a folder ---
+
+
+@pytest.mark.parametrize(
+    "value, traceback", [("0", False), ("no", False), ("banana", False), ("1", True)]
+)
+def test_forensics_debug_values(tmp_path, value, traceback):
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st"), "FORENSICS_DEBUG": value}
+    p = subprocess.run(
+        [sys.executable, "-m", "forensics", "show", "nope"], env=env, capture_output=True, text=True
+    )
+    assert ("Traceback" in p.stderr) is traceback, p.stderr
+    if not traceback:
+        assert p.returncode == 3 and p.stderr.startswith("Error: nope: no run matches")
+
+
+def test_store_check_of_a_home_that_cannot_be_a_folder(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop.name)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for home in (loop, afile / "x"):
+        for argv in (["store", "check"], ["runs"], ["ingest", str(afile)]):
+            env = {**os.environ, "FORENSICS_HOME": str(home)}
+            p = subprocess.run(
+                [sys.executable, "-m", "forensics", *argv], env=env, capture_output=True, text=True
+            )
+            assert p.returncode == 7, (home, argv, p.stdout, p.stderr)
+            assert p.stderr.count("Error:") == 1

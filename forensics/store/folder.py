@@ -91,6 +91,15 @@ class Store:
     def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> Store:
         root = Path(path).expanduser() if path else default_root()
         _check_not_nested(root)
+        try:
+            os.stat(root)
+        except FileNotFoundError:
+            pass  # created below (or, for a read, an empty store)
+        except OSError as exc:  # a symlink loop, a file in the way, …: no store can be there
+            raise StoreError(
+                f"{root}: cannot use the store ({exc.strerror})",
+                hint="pass --store DIR or set FORENSICS_HOME to a folder of your own",
+            ) from None
         if root.exists() and not root.is_dir():
             raise StoreError(f"{root}: store path is a file, not a folder", hint="pass --store DIR")
         if not root.exists():
