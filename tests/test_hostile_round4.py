@@ -401,7 +401,7 @@ def test_forensics_debug_values(tmp_path, value, traceback):
     )
     assert ("Traceback" in p.stderr) is traceback, p.stderr
     if not traceback:
-        assert p.returncode == 3 and p.stderr.startswith("Error: nope: no run matches")
+        assert p.returncode == 3 and p.stderr.startswith("Error: nope: no run")
 
 
 def test_store_check_of_a_home_that_cannot_be_a_folder(tmp_path):
