@@ -415,5 +415,5 @@ def test_store_check_of_a_home_that_cannot_be_a_folder(tmp_path):
             p = subprocess.run(
                 [sys.executable, "-m", "forensics", *argv], env=env, capture_output=True, text=True
             )
-            assert p.returncode == 7, (home, argv, p.stdout, p.stderr)
+            assert p.returncode == 2, (home, argv, p.stdout, p.stderr)  # hosts.base.PATH_ERRORS
             assert p.stderr.count("Error:") == 1

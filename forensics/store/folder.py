@@ -96,6 +96,11 @@ class Store:
         except FileNotFoundError:
             pass  # created below (or, for a read, an empty store)
         except OSError as exc:  # a symlink loop, a file in the way, …: no store can be there
+            from forensics.hosts.base import path_error
+
+            known = path_error(str(root), exc)  # the one errno table (exit 2 for these)
+            if known is not exc:
+                raise known from None
             raise StoreError(
                 f"{root}: cannot use the store ({exc.strerror})",
                 hint="pass --store DIR or set FORENSICS_HOME to a folder of your own",
