@@ -260,6 +260,25 @@ def _with_word(program: str, *words: str) -> Callable[[list[str]], bool]:
     return lambda argv: _program(program)(argv) and any(w in words for w in argv[1:])
 
 
+_CONTAINER_STOPS = ("kill", "stop", "rm", "restart", "pause")
+_ALL_CONTAINERS = re.compile(
+    r"(\$\(|`)\s*(sudo\s+)?(docker|podman|nerdctl)\s+(container\s+)?(ps|ls)\b"
+)
+
+
+def _every_container(argv: list[str]) -> bool:
+    """``docker kill $(docker ps -q)`` (stop, rm -f, restart; podman, nerdctl; ``docker
+    container kill``): a stop of every container the listing names."""
+    if not _program("docker", "podman", "nerdctl")(argv):
+        return False
+    words = argv[2:] if argv[1:2] == ["container"] else argv[1:]
+    return (
+        bool(words)
+        and words[0] in _CONTAINER_STOPS
+        and any(_ALL_CONTAINERS.search(w) for w in words[1:])
+    )
+
+
 _RUNLEVELS = [[w] for w in "0 1 2 3 4 5 6 s S q Q u U".split()]
 
 # Kills that are not of one server at all (each row: what it is, how to tell, what it kills):
@@ -345,6 +364,11 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
             and any(a.startswith("nvidia") for a in argv[1:])
         ),
         "the GPU driver under every process on every GPU of the host, whoever owns it",
+    ),
+    (
+        "docker kill / stop / rm -f $(docker ps -q)",
+        _every_container,
+        "every container on the host, whoever started it (other users' servers and jobs)",
     ),
     (
         "pkill -g 0 / -s 0",

@@ -59,6 +59,11 @@ def _errors(step: str) -> set[str]:
         "echo o | sudo tee /proc/sysrq-trigger",
         "rmmod nvidia",
         "sudo modprobe -r nvidia_uvm",
+        "docker kill $(docker ps -q)",  # every container (lead, after round 4)
+        "docker stop $(docker ps -aq)",
+        "sudo docker rm -f $(sudo docker ps -aq)",
+        "podman container rm -f `podman ps -aq`",
+        "nerdctl restart $(nerdctl container ls -q)",
     ],
 )
 def test_hidden_spellings_of_mass_kills_are_errors(step):
@@ -93,6 +98,9 @@ def test_hidden_pattern_kills_are_errors(step):
         "echo 'kill -9 -1' | tee notes.txt",
         "cat pids.txt | grep 123 | xargs kill",  # no ps listing: not a pattern over processes
         "echo reboot",
+        "docker kill sglang-old",  # one named container
+        "docker stop $(cat old.cid)",
+        "docker ps -q",
     ],
 )
 def test_text_that_only_mentions_a_kill_is_not_one(step):
