@@ -231,16 +231,28 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
     shutil.rmtree(serial)
 
 
-def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["whenever", "in_the_next_files_run"])
+def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch, where):
     """Ctrl-C between a file's adoption and its batch's commit: the adopted parts (still in
     the staging folder) are committed, the files in workers are not, no worker is left and
-    the staging folder is gone."""
+    the staging folder is gone. ``in_the_next_files_run``: the worker is done before the
+    next file is read, so the adoption (and the Ctrl-C) lands in that file's run, after it
+    was parsed here; it was once committed but missing from the summary (half the runs)."""
     import forensics.ingest.batch as batch
 
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(batch, "BATCH_FILES", 1000)
     monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
     adopt = batch._Batch._adopt
+    if where == "in_the_next_files_run":  # the next file is parsed here (the worker is
+        adopt_done = batch._Batch.adopt  # still starting), then its run waits for the worker
+
+        def adopt_after_the_worker(self, summary, block):
+            while self.pending and not self.pending[0].done:
+                self.pool.wait(block=True)
+            return adopt_done(self, summary, block)
+
+        monkeypatch.setattr(batch._Batch, "adopt", adopt_after_the_worker)
 
     def adopt_then_interrupt(self, job, summary):
         adopt(self, job, summary)

@@ -190,11 +190,11 @@ def _ingest_files(
                 index = RunIndex(store, run)
             outcome, err = _ingest_results(store, host, path, summary, index, batch.lock_timeout)
             outcome.committed = outcome.status not in ("skipped", "failed")  # its own commit
+            summary.files.append(outcome)
             if err is not None:
                 results_errors.append(err)
-        else:
-            outcome = batch.run(host, path, summary, name_pattern, report)
-        summary.files.append(outcome)
+        else:  # a log: listed by the batch itself, as soon as it is in the transaction
+            batch.run(host, path, summary, name_pattern, report)
 
 
 def _raise_if_nothing(summary: IngestSummary, results_error: ForensicsError | None) -> None:
@@ -263,6 +263,9 @@ class _Batch:
         except BaseException:
             self.tx.rollback(point)
             raise
+        # listed before anything below may raise: a Ctrl-C in the adoption of an earlier
+        # file's worker must not leave this file committed but missing from the summary
+        summary.files.append(out)
         if not later:  # else in a worker: adopted when it is done (``adopt``)
             self._done(out)
         self.adopt(summary, block=False)
