@@ -43,6 +43,10 @@ class CommandError(click.ClickException):
         click.echo(f"Error: {shown(self.message)}", err=True)
 
 
+class ReaderGone(Exception):  # noqa: N818 - not an error: the reader of stdout left
+    """The reader of stdout went away (``| head -c 10``): the command ends quietly, exit 0."""
+
+
 class OrderedGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
@@ -50,6 +54,8 @@ class OrderedGroup(click.Group):
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
             return super().invoke(ctx)
+        except BrokenPipeError as exc:  # click would take it (an OSError) for exit 1
+            raise ReaderGone from exc
         except ForensicsError as exc:
             if (ctx.obj or {}).get("debug"):
                 raise
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderGone):
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - the contract: never a raw traceback
         if debug:

@@ -375,7 +375,10 @@ def test_stdout_closed_is_no_internal_error(one_run_home, argv):
     assert b"internal error" not in p.stderr and b"Traceback" not in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("argv", ["show sglang", "runs", "runs --csv", "lint --rules"])
+@pytest.mark.parametrize(
+    "argv",
+    ["show sglang", "runs", "runs --csv", "lint --rules", "report -o -", "report -o /dev/stdout"],
+)
 def test_a_reader_that_goes_away_ends_the_command_quietly(one_run_home, argv):
     for _ in range(3):  # the reader may leave before or after the first write
         p = subprocess.run(
