@@ -152,14 +152,10 @@ def _tolerant_streams() -> None:
     """A terminal whose encoding cannot write a character (``LC_ALL=C`` with
     ``PYTHONUTF8=0``, ``PYTHONIOENCODING=ascii``) gets ``?`` for it, never a
     UnicodeEncodeError; ``--json`` escapes it instead (``cli_common.json_text``)."""
-    import codecs
+    from forensics.cli_common import writes_unicode
 
     for stream in (sys.stdout, sys.stderr):
-        try:
-            utf = codecs.lookup(stream.encoding).name.startswith("utf")
-        except (AttributeError, LookupError, TypeError):
-            continue  # closed (None) or not a text stream: nothing to say it in
-        if not utf and hasattr(stream, "reconfigure"):
+        if not writes_unicode(stream) and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
 
 

@@ -197,15 +197,19 @@ def json_text(data: Any, *, rounded: bool = False) -> str:
         ).decode()
     except (TypeError, orjson.JSONEncodeError):
         text = json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
-    if not _stdout_writes_unicode():  # `\u00b7`, not `?`: JSON that says what the data is
+    if not writes_unicode(sys.stdout):  # `\u00b7`, not `?`: JSON that says what the data is
         text = re.sub(r"[^\x00-\x7f]", _json_escape, text)
     return redact_url(text)  # an output boundary: no URL password is ever printed
 
 
-def _stdout_writes_unicode() -> bool:
+def writes_unicode(stream: Any) -> bool:
+    """Whether a text stream writes every character: its encoding is a UTF codec, or it names
+    none (closed, ``None``, or an in-memory stream: nothing to encode)."""
     import codecs
 
-    enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+    enc = getattr(stream, "encoding", None)
+    if not enc:
+        return True
     try:
         return codecs.lookup(enc).name.startswith("utf")
     except LookupError:

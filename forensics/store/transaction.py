@@ -387,11 +387,7 @@ class Transaction:
             self.abort()  # the renamed parts too: the old manifest never listed them
             raise _write_error(root, exc, "cannot commit to the store") from exc
         with contextlib.suppress(OSError):  # the manifest is replaced: make it durable
-            dfd = os.open(root, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _fsync_path(root, os.O_RDONLY)
         self._new.clear()
         self.store._gc(self.man)
 
