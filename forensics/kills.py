@@ -11,7 +11,15 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from forensics_parsers.shell import Command, Step, echoed, nested_steps, parse_chain, unwrap
+from forensics_parsers.shell import (
+    WRAPPERS,
+    Command,
+    Step,
+    echoed,
+    nested_steps,
+    parse_chain,
+    unwrap,
+)
 
 # Signals by name (pkill -KILL / -SIGKILL / --signal KILL); numbers are taken as they are.
 SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
@@ -25,6 +33,7 @@ _PROCPS_VALUES = (
 KILL_OPTS_WITH_VALUE: dict[str, frozenset[str]] = {
     "pkill": frozenset(_PROCPS_VALUES.split()),
     "pgrep": frozenset((_PROCPS_VALUES + " -d --delimiter").split()),
+    "skill": frozenset("-t -u -p -c --tty --user --pid --command".split()),
     "killall": frozenset(
         "-s -u -o -y -n -Z --signal --user --older-than --younger-than --ns --context".split()
     ),
@@ -33,13 +42,6 @@ KILL_OPTS_WITH_VALUE: dict[str, frozenset[str]] = {
 # Patterns that match far more than one server (bad-inputs S15).
 BROAD_PATTERN = re.compile(
     r"^\^?(python[0-9.]*\*?|python|py|bash|sh|node|java|ray|torchrun|sglang|vllm|\.|\.\*)\$?$"
-)
-# Kills of every GPU user: `fuser -k /dev/nvidia*`, GPU-holder lists piped to kill.
-GPU_KILLS = (
-    re.compile(r"\bfuser\b(?=.*\s-[a-zA-Z]*k)(?=.*?/dev/nvidia)"),
-    re.compile(r"/dev/nvidia\S*.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
-    re.compile(r"nvidia-smi\b.*\|\s*xargs\s+(?:-\S+\s+)*kill\b"),
-    re.compile(r"\bkillall_sglang\.sh\b"),
 )
 
 
@@ -193,18 +195,27 @@ def _own_kills(step: Step) -> list[KillSpec]:
     return out
 
 
+def _reads_args(wrappers: list[str]) -> bool:
+    """A wrapper that appends the words of its stdin to the command (xargs, parallel)."""
+    return any(WRAPPERS[w].stdin_args for w in wrappers)
+
+
 def _xargs_kill(argv: list[str]) -> bool:
     inner, wrappers = unwrap(argv)
-    return "xargs" in wrappers and bool(inner) and inner[0].rsplit("/", 1)[-1] == "kill"
+    return _reads_args(wrappers) and bool(inner) and inner[0].rsplit("/", 1)[-1] == "kill"
 
 
 def piped_argv(commands: list[Command], k: int) -> list[str]:
-    """The argv command ``k`` of a pipeline runs: after its wrappers, with what an ECHOES
-    command before an ``xargs`` prints appended (``echo -1 | xargs kill -9`` is ``kill -9 -1``)."""
+    """The argv command ``k`` of a pipeline runs: after its wrappers, with what an ``xargs``
+    (``parallel``) reads appended: the words an ECHOES command before it prints (``echo -1 |
+    xargs kill -9`` is ``kill -9 -1``), else the pipeline before it as a substitution
+    (``docker ps -q | xargs docker kill`` is ``docker kill $(docker ps -q)``)."""
     inner, wrappers = commands[k].unwrapped()
-    if "xargs" in wrappers and k and (text := echoed(unwrap(commands[k - 1].argv)[0])):
+    if not k or not _reads_args(wrappers):
+        return inner
+    if text := echoed(unwrap(commands[k - 1].argv)[0]):
         return [*inner, *text.split()]
-    return inner
+    return [*inner, "$(" + " | ".join(c.text for c in commands[:k]) + ")"]
 
 
 def kill_targets(argv: list[str]) -> tuple[int, list[str]] | None:
@@ -275,8 +286,83 @@ def _every_container(argv: list[str]) -> bool:
     return (
         bool(words)
         and words[0] in _CONTAINER_STOPS
-        and any(_ALL_CONTAINERS.search(w) for w in words[1:])
+        and any(_ALL_CONTAINERS.search(w) or _all_flag(w) for w in words[1:])
     )
+
+
+def _all_flag(word: str) -> bool:
+    """``--all`` or a short-option cluster holding ``a`` (``podman rm -af``, ``stop -a``)."""
+    return word == "--all" or (word[:1] == "-" and word[1:2] != "-" and "a" in word[1:])
+
+
+_SUBSTITUTION = re.compile(r"^(?:\$\((.*)\)|`(.*)`)$", re.S)
+# Commands that narrow a process listing down (a pattern: broad-kill and self-kill read it).
+_LISTING_FILTERS = ("grep", "egrep", "fgrep", "rg", "pgrep", "sed", "head", "tail")
+
+
+def _listings(argv: list[str]) -> list[list[list[str]]]:
+    """The pipelines whose output ``kill`` is given (``kill -9 $(ps -eo pid)``), each as the
+    argvs of its commands (after wrappers)."""
+    t = kill_targets(argv)
+    out = []
+    for word in t[1] if t else []:
+        m = _SUBSTITUTION.match(word.strip())
+        if m:
+            steps = parse_chain(m.group(1) if m.group(1) is not None else m.group(2)).steps
+            out.extend([unwrap(c.argv)[0] for c in s.commands] for s in steps)
+    return out
+
+
+# ps options that select given processes (a pid, a command name, a parent, a session, a tty)
+_PS_SELECTORS = ("-p", "--pid", "-q", "--quick-pid", "-C", "--ppid", "-s", "--sid", "-t", "--tty")
+
+
+def _lists_every_process(pipeline: list[list[str]]) -> bool:
+    """``ps`` (no selection of pids) / ``ls /proc`` / ``find / …`` (or ``/proc``) with nothing narrowing it down
+    (no grep, no awk pattern): every pid on the host."""
+    first = pipeline[0] if pipeline and pipeline[0] else [""]
+    name = first[0].rsplit("/", 1)[-1]
+    roots = [a for a in first[1:] if not a.startswith("-")]
+    lists = (
+        (name == "ps" and not any(a.startswith(_PS_SELECTORS) for a in first[1:]))
+        or (name == "ls" and any(r.startswith("/proc") for r in roots))
+        or (name == "find" and any(r == "/" or r.startswith("/proc") for r in roots[:1]))
+    )
+    narrowed = any(
+        c and (c[0] in _LISTING_FILTERS or (c[0] == "awk" and re.search(r"[/~]|==", " ".join(c))))
+        for c in pipeline[1:]
+    )
+    return lists and not narrowed
+
+
+def _kills_listing(argv: list[str]) -> bool:
+    return any(_lists_every_process(p) for p in _listings(argv))
+
+
+# The GPU device files and tools whose listings name every GPU user's processes.
+_GPU_HOLDERS = re.compile(r"/dev/nvidia|/dev/dri|\bnvidia-smi\b|\bnvitop\b|\bgpustat\b")
+
+
+def _kills_gpu_holders(argv: list[str]) -> bool:
+    """``kill $(lsof -t /dev/nvidia*)``, ``$(fuser /dev/nvidia*)``, ``$(nvidia-smi
+    --query-compute-apps=pid …)`` (also ``… | xargs kill``): every process using a GPU."""
+    return any(_GPU_HOLDERS.search(" ".join(" ".join(c) for c in p)) for p in _listings(argv))
+
+
+def _fuser_kills_gpu(argv: list[str]) -> bool:
+    """``fuser -k /dev/nvidia*`` (``-ki``, ``--kill``, ``-k -9``)."""
+    if not _program("fuser")(argv):
+        return False
+    kills = any(a == "--kill" or (a[:1] == "-" and a[1:2] != "-" and "k" in a) for a in argv[1:])
+    return kills and any(_GPU_HOLDERS.search(a) for a in argv[1:] if not a.startswith("-"))
+
+
+# Kills of every GPU user (each row: what it is, how to tell): the gpu-collateral-kill rule.
+GPU_KILLS: tuple[tuple[str, Callable[[list[str]], bool]], ...] = (
+    ("fuser -k /dev/nvidia*", _fuser_kills_gpu),
+    ("kill $(lsof -t /dev/nvidia*)", _kills_gpu_holders),
+    ("killall_sglang.sh", lambda argv: any(a.endswith("killall_sglang.sh") for a in argv[:2])),
+)
 
 
 _RUNLEVELS = [[w] for w in "0 1 2 3 4 5 6 s S q Q u U".split()]
@@ -294,6 +380,12 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
         "kill 0",
         _kills_pid("0", "-0", "$$", "-$$", "${$}"),
         "the shell that runs the chain and its whole process group",
+    ),
+    (
+        "kill $(ps …)",
+        _kills_listing,
+        "every process a listing of all processes names (`ps`, `ls /proc`, `find /proc`): as "
+        "root the whole host, sshd included",
     ),
     (
         "killall5",
@@ -398,17 +490,27 @@ def _written(cmd: Command, argv: list[str]) -> list[str]:
     return out
 
 
+def _argvs(step: Step):
+    """(command, the argv it runs: piped_argv) of a step and of every step nested in it."""
+    for s in [step, *nested_steps(step)]:
+        for k, cmd in enumerate(s.commands):
+            yield cmd, piped_argv(s.commands, k)
+
+
 def mass_kills(step: Step) -> list[tuple[str, str]]:
     """``(row name, what it kills)`` for each MASS_KILLS row a step (or a script nested in it)
     matches, and each MASS_WRITES file it writes."""
     out = []
-    for s in [step, *nested_steps(step)]:
-        for k, cmd in enumerate(s.commands):
-            inner = piped_argv(s.commands, k)
-            out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
-            written = _written(cmd, inner)
-            out.extend((name, what) for path, name, what in MASS_WRITES if path in written)
+    for cmd, inner in _argvs(step):
+        out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
+        written = _written(cmd, inner)
+        out.extend((name, what) for path, name, what in MASS_WRITES if path in written)
     return out
+
+
+def gpu_kills(step: Step) -> list[str]:
+    """The GPU_KILLS rows a step (or a script nested in it) matches."""
+    return [name for _, inner in _argvs(step) for name, match in GPU_KILLS if match(inner)]
 
 
 def pattern_regex(pattern: str) -> re.Pattern[str]:

@@ -24,7 +24,7 @@ from forensics.finding import Finding
 from forensics.hostprobe import free_space, port_listening
 from forensics.kills import (
     BROAD_PATTERN,
-    GPU_KILLS,
+    gpu_kills,
     mass_kills,
     self_kill_match,
     signal_name,
@@ -172,7 +172,7 @@ def _steps(find: Callable[[LintContext], Iterable[tuple[Step, str]]]):
 
 def _check_gpu_collateral(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     for step in ctx.chain.steps:
-        if any(p.search(step.text) for p in GPU_KILLS):
+        if gpu_kills(step):
             yield Finding(
                 rule.id,
                 rule.severity,

@@ -9,6 +9,7 @@ re-exports these names.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,18 +23,196 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Wrapper:
-    """A command that runs the rest of its argv as another command (a WRAPPERS row)."""
+    """A command that runs another command: the rest of its argv, or a script it is given
+    (a WRAPPERS row)."""
 
     positionals: int = 0  # words after its options before the command (timeout's duration)
     value_options: frozenset[str] = frozenset()  # its options that take the next word
     assignments: bool = False  # NAME=VALUE words may come before the command (env, sudo)
+    # the shell text it runs, from the words after its name (`flock F -c TEXT`, `ssh H TEXT`,
+    # `parallel CMD ::: ARGS`); None when it runs none
+    script: Callable[[list[str]], str | None] | None = None
+    execs: bool = True  # without a script, it runs the rest of its argv as a command
+    stdin_args: bool = False  # appends the words of its stdin to that command (xargs)
 
 
-def _w(positionals: int = 0, options: str = "", assignments: bool = False) -> Wrapper:
-    return Wrapper(positionals, frozenset(options.split()), assignments)
+def _w(
+    positionals: int = 0,
+    options: str = "",
+    assignments: bool = False,
+    script: Callable[[list[str]], str | None] | None = None,
+    execs: bool = True,
+    stdin_args: bool = False,
+) -> Wrapper:
+    return Wrapper(positionals, frozenset(options.split()), assignments, script, execs, stdin_args)
 
 
-# Commands that run the rest of their argv as another command: how to find that command.
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
+
+
+def _is_option_cluster(word: str, takes: frozenset[str]) -> bool:
+    """``-dmS`` (flags, the last taking the next word) as opposed to ``-n5`` (a glued value)."""
+    return (
+        len(word) > 2
+        and word[0] == "-"
+        and word[1] != "-"
+        and word[1:].isalpha()
+        and "-" + word[-1] in takes
+    )
+
+
+def _after_options(words: list[str], takes: frozenset[str]) -> list[str]:
+    """The words after the leading options (and a ``--``), skipping the values of ``takes``."""
+    k = 0
+    while k < len(words) and words[k].startswith("-") and words[k] != "--":
+        k += 2 if words[k] in takes or _is_option_cluster(words[k], takes) else 1
+    return words[k + 1 :] if k < len(words) and words[k] == "--" else words[k:]
+
+
+def _option_value(words: list[str], option: str) -> str | None:
+    """The value of ``option`` in one word or two: ``-c X``, ``-cX``, ``--command=X``."""
+    if not words or not words[0].startswith(option):
+        return None
+    if words[0] == option:
+        return words[1] if len(words) > 1 else None
+    rest = words[0][len(option) :]
+    if option.startswith("--"):
+        return rest[1:] if rest.startswith("=") else None
+    return rest
+
+
+def _script_option(*options: str) -> Callable[[list[str]], str | None]:
+    """A runner given its script by an option (``su -c TEXT``, ``flock F -c TEXT``, ``env -S
+    TEXT``): the option's value, looked for among the options and at most one other word
+    (the user, the lock file) before the command."""
+
+    def script(words: list[str]) -> str | None:
+        others = 0
+        for k, w in enumerate(words):
+            if w == "--":
+                return None
+            for option in options:
+                if (value := _option_value(words[k:], option)) is not None:
+                    return value
+            if not w.startswith("-"):
+                others += 1
+                if others > 1:
+                    return None
+        return None
+
+    return script
+
+
+def _joined(options: str = "") -> Callable[[list[str]], str | None]:
+    """A runner that hands its words after its options to a shell, joined by spaces (``eval``,
+    ``watch``): ``watch -n1 'kill -9 -1'`` runs ``sh -c 'kill -9 -1'``."""
+    takes = frozenset(options.split())
+    return lambda words: " ".join(_after_options(words, takes)) or None
+
+
+# ssh's options that take a value (the next word or glued): the host comes after them.
+SSH_VALUE_OPTIONS = frozenset(
+    "-b -B -c -D -E -e -F -I -i -J -L -l -m -O -o -p -P -Q -R -S -W -w".split()
+)
+
+
+def _ssh_command(args: list[str]) -> str | None:
+    """``ssh [options] HOST COMMAND...``: the command the remote login shell runs (joined as
+    ssh joins it), None when there is none (an interactive login)."""
+    rest = _after_options(args, SSH_VALUE_OPTIONS)[1:]
+    return " ".join(rest) if rest else None
+
+
+_PARALLEL_OPTIONS = frozenset(
+    "-j -P -S -a -n -N -I -C -E -d -L -s --jobs --sshlogin --arg-file --max-args --colsep "
+    "--delay --timeout --joblog --results --tagstring --tmpdir --eof --workdir --wd --env "
+    "--delimiter --halt --memfree --load --retries --sshloginfile --max-lines --max-chars".split()
+)
+_PARALLEL_SOURCES = (":::", ":::+", "::::", "::::+")
+
+
+def _parallel(words: list[str]) -> str | None:
+    """``parallel [CMD] ::: ARGS``: one command per argument, the argument in place of ``{}``
+    (else appended); with no CMD each argument is a command. GNU parallel runs them through
+    a shell. Without ``:::`` it reads its arguments from stdin, as xargs does (no script)."""
+    rest = _after_options(words, _PARALLEL_OPTIONS)
+    cut = next((k for k, w in enumerate(rest) if w in _PARALLEL_SOURCES), None)
+    if cut is None:
+        return None
+    cmd, values = rest[:cut], [w for w in rest[cut + 1 :] if w not in _PARALLEL_SOURCES]
+    if not cmd:
+        return "\n".join(values)
+    text = " ".join(cmd)
+    return "\n".join(text.replace("{}", v) if "{}" in text else f"{text} {v}" for v in values)
+
+
+_FIND_ACTIONS = ("-exec", "-execdir", "-ok", "-okdir")
+
+
+def _find_exec(words: list[str]) -> str | None:
+    """``find PATHS TESTS -exec CMD {} ;`` (-execdir, -ok): CMD with ``{}`` standing for what
+    find lists, written ``$(find PATHS TESTS)`` (``kill -9 {}`` over ``/proc`` is a kill of
+    every process)."""
+    starts = [k for k, w in enumerate(words) if w in _FIND_ACTIONS]
+    if not starts:
+        return None
+    listing = "$(find " + " ".join(shlex.quote(w) for w in words[: starts[0]]) + ")"
+    out = []
+    for k in starts:
+        end = next((j for j in range(k + 1, len(words)) if words[j] in (";", "+")), len(words))
+        out.append(" ".join(_quoted_with(w, "{}", listing) for w in words[k + 1 : end]))
+    return "\n".join(out) or None
+
+
+def _quoted_with(word: str, placeholder: str, value: str) -> str:
+    """A word quoted for the shell, with ``placeholder`` replaced by ``value`` as typed."""
+    if word == placeholder:
+        return value
+    return shlex.quote(word.replace(placeholder, value)) if word else "''"
+
+
+# tmux: the commands that start a shell command, and those that type keys into a pane.
+_TMUX_RUNS = frozenset(
+    "new-session new new-window neww split-window splitw run-shell run respawn-pane respawnp "
+    "respawn-window respawnw display-popup popup".split()
+)
+_TMUX_KEYS = frozenset({"send-keys", "send"})
+_TMUX_VALUES = frozenset("-t -s -n -c -x -y -e -F -f -L -S -N -T -p".split())
+# keys that end a typed line (tmux send-keys NAME, screen's ^M, a \\n in the text)
+_ENTER_KEYS = {"Enter": "\n", "C-m": "\n", "KPEnter": "\n", "^M": "\n", "\\n": "\n", "\\r": "\n"}
+
+
+def _typed(text: str) -> str:
+    for key, value in _ENTER_KEYS.items():
+        text = text.replace(key, value)
+    return text
+
+
+def _tmux(words: list[str]) -> str | None:
+    """``tmux new-session 'CMD'`` (new-window, split-window, run-shell…): the shell command;
+    ``tmux send-keys -t P 'TEXT' Enter``: the keys typed into the pane's shell."""
+    rest = _after_options(words, frozenset({"-L", "-S", "-f", "-c"}))
+    if words[:1] == ["-c"] and len(words) > 1:  # tmux -c CMD: the shell command
+        return words[1]
+    if not rest or rest[0] not in _TMUX_RUNS | _TMUX_KEYS:
+        return None
+    args = _after_options(rest[1:], _TMUX_VALUES)
+    if rest[0] in _TMUX_KEYS:
+        return "".join(_typed(a) if a in _ENTER_KEYS else _typed(a) for a in args) or None
+    return " ".join(args) or None
+
+
+def _screen(words: list[str]) -> str | None:
+    """``screen -X stuff 'TEXT'`` (``-S NAME -p 0 -X stuff``): the text typed into its shell;
+    ``screen -dmS NAME CMD…`` runs CMD (an exec row)."""
+    for k, w in enumerate(words[:-2]):
+        if w == "-X" and words[k + 1] == "stuff":
+            return _typed(words[k + 2])
+    return None
+
+
+# Commands that run another command: how to find it (the rest of the argv after their options,
+# positionals and assignments), or the shell text they run (``script``).
 WRAPPERS: dict[str, Wrapper] = {
     "nohup": _w(),
     "setsid": _w(),
@@ -44,20 +223,42 @@ WRAPPERS: dict[str, Wrapper] = {
     "nice": _w(0, "-n --adjustment"),
     "ionice": _w(0, "-c -n -p -P -u --class --classdata"),
     "stdbuf": _w(0, "-i -o -e --input --output --error"),
-    "env": _w(0, "-u -C -S --unset --chdir", assignments=True),
+    "env": _w(0, "-u -C --unset --chdir", True, _script_option("-S", "--split-string")),
     "timeout": _w(1, "-k -s --signal --kill-after"),  # the duration, then the command
     "sudo": _w(0, "-u -g -h -p -C -D -r -t -U -T --user --group --host --prompt --chdir", True),
     "doas": _w(0, "-u -C"),
-    "runuser": _w(0, "-u -g -G --user --group"),
+    "runuser": _w(0, "-u -g -G --user --group", script=_script_option("-c", "--command")),
+    "su": _w(script=_script_option("-c", "--command", "--session-command"), execs=False),
     "numactl": _w(0, "-N -m -C -p -i --cpunodebind --membind --physcpubind --preferred"),
     "taskset": _w(1),  # the mask (or cpu list), then the command
     "chrt": _w(1),  # the priority, then the command
-    "flock": _w(1, "-w -E --timeout --conflict-exit-code"),  # the lock file, then the command
-    "xargs": _w(0, "-I -L -n -P -s -d -a -E --max-args --max-procs --delimiter --arg-file"),
+    "flock": _w(1, "-w -E --timeout --conflict-exit-code", script=_script_option("-c")),
+    "xargs": _w(
+        0, "-I -L -n -P -s -d -a -E --max-args --max-procs --delimiter --arg-file", stdin_args=True
+    ),
+    "parallel": _w(0, " ".join(_PARALLEL_OPTIONS), script=_parallel, stdin_args=True),
     "busybox": _w(),  # busybox kill -9 -1: the applet is the command
-    "watch": _w(0, "-n -d -q --interval --differences --equexit"),  # runs it again and again
+    "watch": _w(script=_joined("-n -d -q --interval --differences --equexit"), execs=False),
+    "eval": _w(script=_joined(), execs=False),  # eval "pkill -f x" runs its joined words
+    "ssh": _w(script=_ssh_command, execs=False),  # ssh HOST 'pkill -f x': the remote shell
+    "find": _w(script=_find_exec, execs=False),
+    "script": _w(script=_script_option("-c", "--command"), execs=False),
+    "tmux": _w(script=_tmux, execs=False),
+    "screen": _w(0, "-S -c -t -T -e -h -p -X -L -Logfile", script=_screen),
+    "chroot": _w(1, "--userspec --groups"),  # the new root, then the command
+    "unshare": _w(0, "-S -G -R -w --setuid --setgid --root --wd --map-user --map-group"),
+    "nsenter": _w(0, "-t -S -G --target --setuid --setgid"),
+    "srun": _w(
+        0,
+        "-N -n -c -p -t -J -w -x -A -q -G -o -e -D --nodes --ntasks --partition --time "
+        "--job-name --nodelist --exclude --account --qos --gpus --gres --output --error",
+    ),
+    "systemd-run": _w(
+        0,
+        "-p -u -M -H -E -D --property --unit --machine --host --setenv --uid --gid --nice "
+        "--working-directory --description --slice --on-active --on-calendar",
+    ),
 }
-SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 
 
 def _is_assignment(word: str) -> bool:
@@ -89,32 +290,51 @@ def _command_start(a: list[str]) -> list[str] | None:
     return None
 
 
-def unwrap(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Peel wrappers (nohup, setsid, env K=V, timeout 10, nice -n 5, sudo -u x, xargs -n 1…)
-    and what may stand before a command (`then`, `do`, `!`, a function header, a case
-    pattern) off an argv: (the command they run, the wrappers' names)."""
+def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
+    """Peel WRAPPERS and what may stand before a command off an argv: (the command they run,
+    the wrappers' names, the shell text the last of them runs when it runs one: then the
+    command is that wrapper's own argv)."""
     wrappers: list[str] = []
     a = list(argv)
     while a:
-        rest = _command_start(a)
-        if rest is not None:
-            a = rest
-            continue
         w = WRAPPERS.get(a[0].rsplit("/", 1)[-1])
         if w is None:
+            rest = _command_start(a)
+            if rest is None:
+                break
+            a = rest
+            continue
+        if w.script is not None and (script := w.script(a[1:])) is not None:
+            return a, wrappers, script
+        if not w.execs:
             break
         wrappers.append(a[0].rsplit("/", 1)[-1])
         a = a[1:]
         while a and a[0].startswith("-") and a[0] != "--":
             opt = a.pop(0)
-            if opt in w.value_options and a:
+            if (opt in w.value_options or _is_option_cluster(opt, w.value_options)) and a:
                 a.pop(0)
         if a and a[0] == "--":
             a = a[1:]
         while w.assignments and a and _is_assignment(a[0]):
             a = a[1:]
         a = a[w.positionals :]
-    return a, wrappers
+    return a, wrappers, None
+
+
+def unwrap(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Peel wrappers (nohup, setsid, env K=V, timeout 10, nice -n 5, sudo -u x, xargs -n 1…)
+    and what may stand before a command (`then`, `do`, `!`, a function header, a case
+    pattern) off an argv: (the command they run, the wrappers' names)."""
+    inner, wrappers, _ = _peel(argv)
+    return inner, wrappers
+
+
+def runner_script(argv: list[str]) -> str | None:
+    """The shell text a WRAPPERS row with a ``script`` runs (``eval``, ``su -c``, ``ssh HOST
+    '…'``, ``flock F -c``, ``env -S``, ``watch``, ``parallel … :::``, ``find -exec``, tmux,
+    screen), after the wrappers before it; None for any other command."""
+    return _peel(argv)[2]
 
 
 def shell_script(argv: list[str]) -> str | None:
@@ -131,29 +351,6 @@ def shell_script(argv: list[str]) -> str | None:
     return None
 
 
-# ssh's options that take a value (the next word or glued): the host comes after them.
-SSH_VALUE_OPTIONS = frozenset(
-    "-b -B -c -D -E -e -F -I -i -J -L -l -m -O -o -p -P -Q -R -S -W -w".split()
-)
-
-
-def _ssh_command(args: list[str]) -> str | None:
-    """``ssh [options] HOST COMMAND...``: the command the remote login shell runs (joined as
-    ssh joins it), None when there is none (an interactive login)."""
-    k = 0
-    while k < len(args) and args[k].startswith("-") and args[k] != "--":
-        k += 2 if args[k] in SSH_VALUE_OPTIONS else 1
-    k += 1 if k < len(args) and args[k] == "--" else 0
-    rest = args[k + 1 :]
-    return " ".join(rest) if rest else None
-
-
-# Commands that run a script given as an argument: name -> how the script is found.
-SCRIPT_RUNNERS = {
-    "eval": lambda args: " ".join(args),  # eval "pkill -f x" runs its joined arguments
-    "su": lambda args: next((args[k + 1] for k, a in enumerate(args[:-1]) if a == "-c"), None),
-    "ssh": _ssh_command,  # ssh HOST 'pkill -f x': the remote shell runs it
-}
 NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
 
 
@@ -210,12 +407,9 @@ def stdin_scripts(commands: list[Command]) -> list[str]:
 
 def nested_scripts(cmd: Command) -> list[str]:
     """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``,
-    ``eval ARGS``, ``su -c SCRIPT`` (after wrappers), the body of a ``( … )`` or ``{ …; }``
+    the script of a WRAPPERS row (``eval``, ``su -c``, ``ssh``, ``find -exec``…), the body of a ``( … )`` or ``{ …; }``
     group, and its ``$(...)`` / backtick substitutions."""
-    script = shell_script(cmd.argv) or _group_body(cmd)
-    inner, _ = unwrap(cmd.argv)
-    if script is None and inner and inner[0].rsplit("/", 1)[-1] in SCRIPT_RUNNERS:
-        script = SCRIPT_RUNNERS[inner[0].rsplit("/", 1)[-1]](inner[1:])
+    script = shell_script(cmd.argv) or runner_script(cmd.argv) or _group_body(cmd)
     # a substitution inside the script is the script's own (read when the script is)
     out = [b for b in substitutions(cmd.text) if not (script and b in script)]
     return [*out, script] if script else out

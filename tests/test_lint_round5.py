@@ -1,0 +1,190 @@
+"""Issue 14, class "Lint misses dangerous steps", fifth round (hidden-suite rehearsal). One
+mechanism per kind of miss:
+
+- commands that run another command, or a script they are given, are rows of
+  ``shell_runners.WRAPPERS`` carrying how (``script``: ``flock F -c``, ``env -S``, ``su -c``,
+  ``runuser -c``, ``script -c``, ``watch``, ``eval``, ``ssh``, ``parallel CMD ::: ARGS``,
+  ``find -exec``, ``tmux new-session``/``send-keys``, ``screen -X stuff``; exec rows: chroot,
+  unshare, nsenter, srun, systemd-run, screen -dm; ``stdin_args``: xargs, parallel);
+- what ``xargs``/``parallel`` reads from a pipe is the pipeline before it as a substitution
+  (``kills.piped_argv``): ``docker ps -q | xargs docker kill`` is ``docker kill $(docker ps -q)``;
+- kills of what a listing of every process names (``kills.MASS_KILLS`` "kill $(ps …)":
+  ``ps``, ``ls /proc``, ``find /proc`` or ``/`` with no filter) and of every GPU user
+  (``kills.GPU_KILLS`` rows: fuser -k, kill of a GPU-holder listing).
+
+Nothing here runs a chain: lint only reads text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from forensics.lint import lint, replay_blockers
+from forensics_parsers.shell import parse_chain, runner_script, unwrap
+
+SERVER = (
+    "setsid nohup python3 -m sglang.launch_server --model-path /models/k2 --port 1 "
+    "</dev/null >>/data/logs/a.log 2>&1 &"
+)
+
+
+def _errors(step: str) -> set[str]:
+    return {f.id for f in lint(f"{step}\n{SERVER}") if f.severity == "error"}
+
+
+RUNNERS = [
+    "timeout 5 kill -9 -1",
+    "env -S 'kill -9 -1'",
+    "env -S'kill -9 -1'",
+    "env --split-string='kill -9 -1'",
+    "su - root -c 'kill -9 -1'",
+    "runuser -u root -- kill -9 -1",
+    "runuser -l root -c 'kill -9 -1'",
+    "flock /tmp/l kill -9 -1",
+    "flock /tmp/l -c 'kill -9 -1'",
+    "flock -x /tmp/l -c 'killall5'",
+    "nice -10 kill -9 -1",
+    "chroot / kill -9 -1",
+    "chroot / sh -c 'kill -9 -1'",
+    "unshare --fork --pid kill -9 -1",
+    "nsenter -t 1 -m -p kill -9 -1",
+    "srun -N 1 kill -9 -1",
+    "systemd-run --user --scope kill -9 -1",
+    "systemd-run -p X=1 --unit foo killall5",
+    "watch -n1 'kill -9 -1'",
+    "time -p kill -9 -1",
+    "script -q -c 'kill -9 -1' /dev/null",
+    "ssh -o StrictHostKeyChecking=no host 'kill -9 -1'",
+    "tmux new-session -d 'kill -9 -1'",
+    "tmux new -d -s x 'killall5'",
+    "tmux run-shell 'kill -9 -1'",
+    "tmux send-keys -t 0 'kill -9 -1' Enter",
+    "screen -dmS x kill -9 -1",
+    "screen -S x -X stuff 'kill -9 -1\\n'",
+    "parallel kill -9 ::: -1",
+    "parallel -j0 'kill -9 {}' ::: -1",
+    "parallel ::: 'kill -9 -1'",
+    "parallel -j2 ::: reboot",
+    "find . -exec sh -c 'kill -9 -1' \\;",
+    "find . -maxdepth 0 -exec reboot \\;",
+    # kills of every process a listing names
+    "find /proc -maxdepth 1 -name '[0-9]*' -exec kill -9 {} +",
+    "find / -name x -exec kill -9 {} +",
+    "find / -name x -execdir kill -9 {} \\;",
+    "find / -name x -ok kill {} \\;",
+    "kill -9 $(ps -e -o pid=)",
+    "kill -9 $(ps -u root -o pid=)",
+    "kill -9 $(ps aux | awk '{print $2}')",
+    "ps -eo pid | xargs kill -9",
+    "ps aux | awk '{print $2}' | parallel kill -9",
+    "skill -KILL -u root",
+    # every container
+    "docker ps -q | xargs docker kill",
+    "docker ps -q | xargs -r -n1 docker stop",
+    "docker ps -aq | xargs docker rm -f",
+    "podman ps -q | xargs podman kill",
+    "docker ps --format '{{.ID}}' | xargs docker kill",
+    "docker kill `docker ps -q`",
+    "podman rm -af",
+    "podman kill --all",
+    "nerdctl stop -a",
+]
+
+
+@pytest.mark.parametrize("step", RUNNERS)
+def test_commands_run_by_other_commands_are_seen(step):
+    assert "mass-kill" in _errors(step), step
+    assert any(f.id == "mass-kill" for f in replay_blockers(f"{step}\n{SERVER}"))
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "parallel -j0 kill -9 {} ::: $(pgrep python)",
+        "parallel --jobs 4 kill -9 ::: $(pgrep -f python)",
+        "parallel pkill -f ::: python",
+        "pgrep python | parallel kill -9",
+        "find /proc -name stat -exec pkill -f python \\;",
+        "find . -exec bash -c 'pkill -9 -f python' {} +",
+        "srun -N1 -n1 pkill -9 -f python",
+        "tmux new -d 'pkill -9 -f python'",
+        "stdbuf -oL pkill python3",
+    ],
+)
+def test_pattern_kills_run_by_other_commands_are_seen(step):
+    assert _errors(step) & {"broad-kill", "cleanup-self-kill"}, step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "fuser -k /dev/nvidia*",
+        "fuser -kv /dev/nvidia*",
+        "fuser --kill /dev/nvidia0",
+        "sudo fuser -k -9 /dev/nvidia*",
+        "lsof -t /dev/nvidia* | xargs kill -9",
+        "kill -9 $(lsof -t /dev/nvidia*)",
+        "kill -9 $(fuser /dev/nvidia* 2>/dev/null)",
+        "kill -9 $(nvidia-smi --query-compute-apps=pid --format=csv,noheader)",
+        "nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs kill -9",
+        "for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do kill -9 $p; done",
+        "bash -c 'fuser -k /dev/nvidia*'",
+    ],
+)
+def test_kills_of_every_gpu_user(step):
+    assert "gpu-collateral-kill" in _errors(step), step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "kill $SERVER_PID",
+        "kill -TERM -- -$PGID",
+        "kill $(cat /tmp/server.pid)",
+        "parallel kill ::: -1",  # `kill -1`: -1 is a signal there, with no pid: kill refuses
+        "parallel echo ::: a b",
+        "parallel -j2 gzip ::: a.log b.log",
+        "find /tmp -name '*.log' -exec cat {} +",
+        "kill $(ps -o pid= -p $SERVER_PID)",  # ps of one pid
+        "docker kill mycontainer",
+        "docker rm -f sglang-old",
+        "docker ps -q | wc -l",
+        "timeout 5 true",
+        "ssh host uptime",
+        "srun hostname",
+        "tmux new-session -d -s x 'sleep 1'",
+        "tmux send-keys -t 0 'ls' Enter",
+        "screen -dmS x sleep 1",
+        "screen -X stuff 'ls\\n'",
+        "systemd-run --user true",
+        "watch -n1 nvidia-smi",
+        "env -S 'echo hi'",
+        "flock /tmp/l true",
+        "fuser -v /dev/nvidia*",
+        "lsof -t /dev/nvidia*",
+        "nvidia-smi --query-compute-apps=pid --format=csv",
+    ],
+)
+def test_near_misses_stay_clean(step):
+    assert not _errors(step), step
+
+
+def test_a_runner_script_is_what_the_shell_would_run():
+    assert runner_script(["flock", "/tmp/l", "-c", "kill -9 -1"]) == "kill -9 -1"
+    assert runner_script(["nohup", "env", "-S", "pkill x"]) == "pkill x"
+    assert (
+        runner_script(["parallel", "kill", "-9", "{}", ":::", "1", "2"]) == "kill -9 1\nkill -9 2"
+    )
+    # find's {} stands for its listing, as a substitution the kill rules read
+    assert runner_script(["find", "/proc", "-exec", "kill", "{}", ";"]) == "kill $(find /proc)"
+    assert runner_script(["flock", "/tmp/l", "python3", "-c", "x"]) is None  # python's -c
+    # an exec runner stays a wrapper: the command after it is what runs
+    assert unwrap(["screen", "-dmS", "x", "kill", "-9", "-1"]) == (["kill", "-9", "-1"], ["screen"])
+    assert unwrap(["chroot", "/", "kill"]) == (["kill"], ["chroot"])
+
+
+def test_the_pipe_into_xargs_is_a_substitution():
+    chain = parse_chain("docker ps -q | xargs -r docker kill")
+    from forensics.kills import piped_argv
+
+    assert piped_argv(chain.steps[0].commands, 1) == ["docker", "kill", "$(docker ps -q)"]
