@@ -14,7 +14,7 @@ import posixpath
 from collections.abc import Callable, Iterator
 
 from forensics.recipe import Recipe
-from forensics_parsers.shell import Chain, Step, nested_steps
+from forensics_parsers.shell import Chain, Step, fetched_scripts, nested_steps
 
 
 def _flag(argv: list[str], *names: str) -> str | None:
@@ -161,4 +161,17 @@ def ignored_signals(chain: Chain) -> Iterator[tuple[Step, str]]:
                         "server it starts: `forensics stop` (TERM) and Ctrl-C do nothing, only "
                         "KILL after the grace ends it, with no clean shutdown of its schedulers"
                     ),
+                )
+
+
+def fetched_runs(chain: Chain) -> Iterator[tuple[Step, str]]:
+    """A shell (or ``source``, ``at``) that runs what a download prints: ``curl -s URL | bash``,
+    ``. <(curl …)``, ``bash <(wget -qO- URL)``. What it runs is not in the chain."""
+    for step in chain.steps:
+        for s in [step, *nested_steps(step)]:
+            for fetch in fetched_scripts(s.commands):
+                yield (
+                    step,
+                    f"the script `{fetch}` downloads is run as it arrives: lint cannot read it, "
+                    "and a replay runs whatever the URL serves then (any kill, any removal)",
                 )

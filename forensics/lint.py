@@ -428,6 +428,18 @@ RULES: tuple[Rule, ...] = (
         replay="refuse",
     ),
     Rule(
+        "runs-fetched-script",
+        "error",
+        "a shell that runs a downloaded script: `curl -s URL | bash`, `. <(curl …)`, "
+        "`bash <(wget -qO- URL)`, `source /dev/stdin` fed by a download",
+        "what it runs is not in the chain: no rule can see its kills or removals, and a "
+        "replay runs whatever the URL serves at that moment",
+        "download it first and read it (`curl -fsSLo setup.sh URL`), then run the saved copy "
+        "(`bash setup.sh`), or put its steps in the chain",
+        _steps(lambda ctx: hazards.fetched_runs(ctx.chain)),
+        replay="refuse",
+    ),
+    Rule(
         "exec-replaces-shell",
         "error",
         "`exec CMD` with steps after it",

@@ -381,34 +381,92 @@ def echoed(argv: list[str]) -> str | None:
         return " ".join(argv[1:])
 
 
-def _reads_script_from_stdin(argv: list[str]) -> bool:
-    """A shell given no script (`bash`, `sh -s`, `bash -x`): it runs what its stdin holds."""
+# Programs that run a script file given as their first argument (`bash FILE`, `. FILE`), and
+# those that run the script on their stdin whatever their arguments (`at now`, `batch`).
+SCRIPT_FILE_READERS = (*SHELLS, "source", ".")
+STDIN_SCRIPT_READERS = ("at", "batch")
+# Script files that are the reader's stdin.
+STDIN_FILES = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-")
+# Programs whose output is what they download: a script a shell reads from one is unseen.
+FETCHERS = ("curl", "wget", "fetch", "http", "https", "xh", "lwp-request", "GET")
+_PROC_SUB = re.compile(r"^<\((.*)\)$", re.S)
+STDIN = "<stdin>"
+
+
+def _script_input(argv: list[str]) -> str | None:
+    """Where a command reads the script it runs: ``STDIN`` (``bash``, ``sh -s``, ``source
+    /dev/stdin``, ``at now``), the text of a process substitution (``bash <(…)``, ``. <(…)``:
+    the commands whose output it is), else None (a script of its own, a file on disk)."""
     inner, _ = unwrap(argv)
-    if not inner or inner[0].rsplit("/", 1)[-1] not in SHELLS:
-        return False
-    return shell_script(argv) is None and all(a.startswith("-") for a in inner[1:])
+    name = inner[0].rsplit("/", 1)[-1] if inner else ""
+    if name in STDIN_SCRIPT_READERS:
+        return None if "-f" in inner else STDIN
+    if name not in SCRIPT_FILE_READERS or shell_script(argv) is not None:
+        return None
+    files = [a for a in inner[1:] if not a.startswith("-") or a == "-"]
+    if not files or files[0] in STDIN_FILES:
+        return STDIN
+    m = _PROC_SUB.match(files[0])
+    return m.group(1) if m else None
 
 
-def stdin_scripts(commands: list[Command]) -> list[str]:
-    """What the shells of a pipeline read from their standard input and run: a here-document
-    or here-string (`bash <<EOF … EOF`, `sh <<< '…'`) or the output of an ECHOES command piped
-    into them (`echo '…' | sh`)."""
+def _output_of(text: str) -> tuple[str | None, str | None]:
+    """What a pipeline (as text) prints, as far as lint can tell: (the text an ECHOES command
+    at its end prints, the fetch command it downloads with)."""
+    from forensics_parsers.shell import parse_chain  # the reader imports this module
+
+    steps = parse_chain(text).steps
+    commands = steps[-1].commands if steps else []
+    if not commands:
+        return None, None
+    argvs = [unwrap(c.argv)[0] for c in commands]
+    fetch = next((c.text for c, a in zip(commands, argvs) if a and a[0] in FETCHERS), None)
+    return echoed(argvs[-1]), fetch
+
+
+def _fed(commands: list[Command]) -> list[tuple[str | None, str | None]]:
+    """(script, fetch command) of each command of a pipeline that reads a script from its
+    stdin or a process substitution: a here-document or here-string, ``< <(…)``, the commands
+    piped into it, or the ``<(…)`` it is given."""
     out = []
     for k, cmd in enumerate(commands):
-        if not _reads_script_from_stdin(cmd.argv):
+        source = _script_input(cmd.argv)
+        if source is None:
+            continue
+        if source != STDIN:
+            out.append(_output_of(source))
             continue
         bodies = [r.body for r in cmd.redirects if r.body is not None]
+        subs = [
+            m.group(1) for r in cmd.redirects if r.op == "<" and (m := _PROC_SUB.match(r.target))
+        ]
         if bodies:
-            out.append(bodies[-1])
-        elif k and (text := echoed(unwrap(commands[k - 1].argv)[0])) is not None:
-            out.append(text)
+            out.append((bodies[-1], None))
+        elif subs:
+            out.append(_output_of(subs[-1]))
+        elif k:
+            out.append(_output_of(" | ".join(c.text for c in commands[:k])))
     return out
 
 
+def stdin_scripts(commands: list[Command]) -> list[str]:
+    """What the script readers of a pipeline run (SCRIPT_FILE_READERS given no script or a
+    stdin file, STDIN_SCRIPT_READERS): a here-document or here-string (`bash <<EOF … EOF`,
+    `sh <<< '…'`, `at now <<< '…'`), the output of an ECHOES command piped into them (`echo '…'
+    | sh`) or in a process substitution (`source <(echo '…')`, `bash < <(printf '…')`)."""
+    return [script for script, _ in _fed(commands) if script is not None]
+
+
+def fetched_scripts(commands: list[Command]) -> list[str]:
+    """The download commands (FETCHERS) whose output a script reader of the pipeline runs:
+    `curl -s URL | bash`, `. <(curl …)`, `bash <(wget -qO- URL)`."""
+    return [fetch for _, fetch in _fed(commands) if fetch is not None]
+
+
 def nested_scripts(cmd: Command) -> list[str]:
-    """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``,
-    the script of a WRAPPERS row (``eval``, ``su -c``, ``ssh``, ``find -exec``…), the body of a ``( … )`` or ``{ …; }``
-    group, and its ``$(...)`` / backtick substitutions."""
+    """The shell text a command runs besides itself: ``bash -c SCRIPT`` / ``sh -c``, the
+    script of a WRAPPERS row (``eval``, ``su -c``, ``ssh``, ``find -exec``…), the body of a
+    ``( … )`` or ``{ …; }`` group, and its ``$(...)`` / backtick substitutions."""
     script = shell_script(cmd.argv) or runner_script(cmd.argv) or _group_body(cmd)
     # a substitution inside the script is the script's own (read when the script is)
     out = [b for b in substitutions(cmd.text) if not (script and b in script)]

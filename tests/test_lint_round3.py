@@ -143,6 +143,7 @@ def test_replay_refuses_what_the_rules_say():
         "shell-syntax": "refuse",
         "mass-kill": "safe-patterns",
         "removes-launch-input": "refuse",
+        "runs-fetched-script": "refuse",  # round 5
     }
     chain = f"reboot; {SERVER}"
     assert [f.id for f in replay_blockers(chain)] == ["mass-kill"]

