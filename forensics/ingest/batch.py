@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, InputNotFound, UsageError
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
-from forensics.ingest.identity import _inode_index, source_id
+from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import expand_inputs
 from forensics.ingest.outcome import (
     CHANGED,
@@ -251,7 +251,8 @@ class _Batch:
     ) -> FileOutcome:
         self._open()
         sid = source_id(host.name, path)
-        point = self.tx.savepoint(sid)
+        # with the sources of its inode: a log renamed and grown continues one of them
+        point = self.tx.savepoint(sid, *inode_sources(self.tx, self, host.name, path))
         try:
             if self.jobs > 1:
                 out, later = self._dispatch(host, path, summary, name_pattern, report)

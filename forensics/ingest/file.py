@@ -20,7 +20,14 @@ from forensics.errors import (
     StreamDamaged,
 )
 from forensics.ingest.hashing import _Hasher
-from forensics.ingest.identity import _device, _inside, _same_file, shown_path, source_id
+from forensics.ingest.identity import (
+    _device,
+    _inside,
+    _same_file,
+    continues,
+    shown_path,
+    source_id,
+)
 from forensics.ingest.outcome import SKIP_FOR, FileOutcome, IngestSummary, _account, _skip
 from forensics.logsource import HEAD_BYTES, open_log
 
@@ -178,6 +185,15 @@ def _open(
     head_hash = hashlib.sha1(src.head[: min(len(src.head), HEAD_BYTES)]).hexdigest()
     unchanged = {"size": src.stat.size, "mtime": src.stat.mtime, "head_hash_full": head_hash}
     same = _same_file(tx, batch, hname, dev, src.stat.inode, sid, path, unchanged)
+    if same and same[0] == "continued":  # renamed, then grown: the stored log continued
+        rec = tx.man.sources.get(same[1]) or {}
+        if continues(rec, src, hasher, head_hash):
+            out.source_id, out.path = same[1], rec["path"]  # under the name it was stored by
+            summary.warnings.append(
+                f"{path}: the log ingested as {rec['path']}, renamed and grown since: "
+                "its new lines are added to it"
+            )
+        same = None
     if same:
         return _skip(out, summary, *same)
     return _Opened(out, src, hasher, dev, head_hash)

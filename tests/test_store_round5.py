@@ -1,0 +1,121 @@
+"""Fifth round of the hidden-suite rehearsal (issue 14), class "correctness of the store":
+real files, the real CLI in its own process, nothing faked (docs/bad-inputs.md, fifth round)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def _cli(home: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    p = subprocess.run(
+        [sys.executable, "-m", "forensics", *args], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == rc, (args, p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr
+    return p
+
+
+def _runs(home: Path) -> list[dict]:
+    return json.loads(_cli(home, "runs", "--json").stdout)
+
+
+def _cut(data: bytes) -> int:
+    """An offset at a line's end near the middle of ``data``."""
+    return data.index(b"\n", len(data) // 2) + 1
+
+
+def _key(rows: list[dict]) -> list[tuple]:
+    """What a run is, whatever name its file had."""
+    return sorted((r["phase"], r["signature"], r.get("started_at")) for r in rows)
+
+
+# --- class "Correctness of the store": a log renamed and grown is the same log continued ---
+
+
+def test_a_log_renamed_then_grown_is_the_same_log_continued(tmp_path):
+    """``mv a.log c.log`` then the server appends: one launch (stored as ``a``), its rows those
+    of the whole file ingested at once, not a second run ``c`` beside ``a``."""
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    cut = _cut(full)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(full[:cut])
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs))
+    os.rename(logs / "a.log", logs / "c.log")
+    with open(logs / "c.log", "ab") as f:
+        f.write(full[cut:])
+    p = _cli(home, "ingest", str(logs))
+    assert "renamed and grown" in p.stderr
+    got = _runs(home)
+    assert [r["name"] for r in got] == ["a"]
+    ref_logs = tmp_path / "ref"
+    ref_logs.mkdir()
+    (ref_logs / "a.log").write_bytes(full)
+    _cli(tmp_path / "ref-st", "ingest", str(ref_logs))
+    assert _key(got) == _key(_runs(tmp_path / "ref-st"))
+    # unchanged since: recognised again, nothing added; then grown once more
+    assert "renamed" in _cli(home, "ingest", str(logs)).stderr
+    with open(logs / "c.log", "ab") as f:
+        f.write(full[cut:])
+    _cli(home, "ingest", str(logs))
+    assert [r["name"] for r in _runs(home)] == ["a"]
+    _cli(home, "store", "check")
+
+
+def test_a_copy_that_grows_is_another_log(tmp_path):
+    """A copy is another file (another inode), even when the original is gone: its own
+    source, the original's run kept (decided: identity is the file, not its content)."""
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    cut = _cut(full)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(full[:cut])
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs))
+    shutil.copy(logs / "a.log", logs / "c.log")
+    (logs / "a.log").unlink()
+    with open(logs / "c.log", "ab") as f:
+        f.write(full[cut:])
+    _cli(home, "ingest", str(logs))
+    assert sorted(r["name"] for r in _runs(home)) == ["a", "c"]
+
+
+def test_a_hard_link_grown_through_its_other_name_is_one_log(tmp_path):
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    cut = _cut(full)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(full[:cut])
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs))
+    os.link(logs / "a.log", logs / "b.log")
+    with open(logs / "b.log", "ab") as f:
+        f.write(full[cut:])
+    _cli(home, "ingest", str(logs))
+    assert [r["name"] for r in _runs(home)] == ["a"]
+
+
+def test_a_renamed_file_rewritten_in_place_is_a_new_log(tmp_path):
+    """Same inode, old name gone, but its first bytes are no longer the stored log's: not a
+    continuation (the stored run stays, the new content is a source of its own)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes((FIXTURES / "sglang_fail_capture.log").read_bytes())
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs))
+    os.rename(logs / "a.log", logs / "c.log")
+    other = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    with open(logs / "c.log", "r+b") as f:  # in place: the inode stays
+        f.write(other)
+    p = _cli(home, "ingest", str(logs))
+    assert "renamed and grown" not in p.stderr
+    assert sorted(r["name"] for r in _runs(home)) == ["a", "c"]
