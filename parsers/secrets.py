@@ -165,6 +165,44 @@ def redact_data(data):  # noqa: ANN001, ANN201 - any JSON-like value
     return data
 
 
+def secret_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``redact`` finds a secret in ``text`` (one line): the (start, end) of each value,
+    by the same RULES (quotes and an Authorization scheme word left out, as ``_sub`` does)."""
+    spans = []
+    for _, rx in _RULES:
+        for m in rx.finditer(text):
+            v = m.groupdict().get("v")
+            if not v:
+                spans.append(m.span())
+                continue
+            start, end = m.span("v")
+            if v[0] in "'\"" and v[-1] == v[0] and len(v) > 1:
+                start, end = start + 1, end - 1
+            bearer = re.match(r"(?i)" + AUTH_SCHEME + r"\s+", text[start:end])
+            spans.append((start + (bearer.end() if bearer else 0), end))
+    return spans
+
+
+def mask(data: bytes, inside: bool = False) -> tuple[bytes, bool]:
+    """Complete lines of bytes with every secret ``redact`` would replace overwritten by ``*``
+    instead, byte for byte (a file another process still appends to keeps its length and
+    offsets); quotes and backslashes are kept, so a JSON or shell line stays well formed.
+    ``inside``: a PEM private key block was open before ``data`` (as ``pem_lines``)."""
+    text = data.decode("utf-8", "surrogateescape")
+    lines = text.split("\n")
+    bodies, inside = pem_lines(lines, inside)
+    out = []
+    for line, body in zip(lines, bodies):
+        chars = list(line)
+        spans = [(0, len(line))] if body != line else secret_spans(line)
+        for start, end in spans:
+            for i in range(start, end):
+                if chars[i] not in "\\\"'":
+                    chars[i] = "*" * len(chars[i].encode("utf-8", "surrogateescape"))
+        out.append("".join(chars))
+    return "\n".join(out).encode("utf-8", "surrogateescape"), inside
+
+
 class StreamRedactor:
     """``redact`` for bytes that arrive in pieces (a command's output spilled to a file):
     whole lines are redacted as they complete, the last partial line waits for its end (at
@@ -237,9 +275,11 @@ __all__ = [
     "RULES",
     "SECRET_KEYS",
     "StreamRedactor",
+    "mask",
     "pem_lines",
     "redact",
     "redact_data",
     "redact_lines",
     "redact_value",
+    "secret_spans",
 ]

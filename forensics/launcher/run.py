@@ -386,6 +386,7 @@ def _conclude(run: _Launch) -> dict[str, Any]:
     plan, host, recipe = run.plan, run.host, run.plan.recipe
     run.read()
     log_text = log_tail(host, recipe.log_path, start=run.log_start)
+    _scrub(run)
     diag = _diagnose(run, log_text)
     pgid = run.server_pid
     evidence = None
@@ -421,6 +422,21 @@ def _conclude(run: _Launch) -> dict[str, Any]:
     run.record(run.status, pid=pgid or run.sup_pid, pgid=pgid, pid_start=pid_start,
                cause=diag["cause"], diagnosis=json.dumps(summary, default=str))  # fmt: skip
     return result
+
+
+def _scrub(run: _Launch) -> None:
+    """The secrets of the files this launch left on this machine, masked in place: the
+    journal, the work folder's step outputs, and the log when forensics chose it (under its
+    home; a log the user named is the user's)."""
+    import os
+
+    from forensics.hosts import forensics_home
+    from forensics.launcher.scrub import scrub_launch
+
+    log = run.plan.recipe.log_path
+    home = os.path.realpath(forensics_home())
+    own = log if log and os.path.realpath(log).startswith(home + os.sep) else None
+    scrub_launch(run.host.name, [own, run.journal], run.work)
 
 
 def _collect_evidence(

@@ -167,7 +167,9 @@ def build_supervisor(
         f"J={shlex.quote(journal)}\nL={shlex.quote(launch_id)}\n"
         'printf \'{"v":1,"launch_id":"%s","event":"begin","t":%s,"pid":%s,%s}\\n\' '
         f'"$L" "$(date +%s.%N)" "$$" {shlex.quote(fields)} >> "$J"\n'
-        f'{shlex.quote(shell)} -c "$(cat {d}/wrapper.sh)" forensics-replay "$(cat {d}/chain.txt)"\n'
+        # read, then removed: they hold the chain's secrets as typed (it runs with them)
+        f'w="$(cat {d}/wrapper.sh)"; c="$(cat {d}/chain.txt)"; rm -f {d}/wrapper.sh {d}/chain.txt\n'
+        f'{shlex.quote(shell)} -c "$w" forensics-replay "$c"\n'
         "rc=$?\n"
         'printf \'{"v":1,"launch_id":"%s","event":"exit","t":%s,"rc":%s}\\n\' '
         '"$L" "$(date +%s.%N)" "$rc" >> "$J"\n'
