@@ -179,8 +179,13 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
             if v[0] in "'\"" and v[-1] == v[0] and len(v) > 1:
                 start, end = start + 1, end - 1
             bearer = re.match(r"(?i)" + AUTH_SCHEME + r"\s+", text[start:end])
-            spans.append((start + (bearer.end() if bearer else 0), end))
+            start += bearer.end() if bearer else 0
+            if not text.startswith(_MARKS, start):  # a mark already (JSON-escaped or not)
+                spans.append((start, end))
     return spans
+
+
+_MARKS = (MARK, "\\u00abredacted:")
 
 
 def mask(data: bytes, inside: bool = False) -> tuple[bytes, bool]:

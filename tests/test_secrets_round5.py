@@ -61,6 +61,9 @@ def test_mask_keeps_length_and_finds_what_redact_finds():
         assert len(masked) == len(data)
         assert (KEY.encode() in masked or TOKEN.encode() in masked) is False
         assert (masked != data) == (redact(line) != line)
+    # what is redacted already stays as it is (the journal's fields, JSON-escaped or not)
+    for done in (redact(f"--api-key {KEY}"), json.dumps(redact(f"--api-key {KEY}"))):
+        assert mask(done.encode())[0] == done.encode()
 
 
 def test_a_launch_without_log_keeps_no_secret_in_its_home(tmp_path):
