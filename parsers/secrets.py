@@ -20,15 +20,34 @@ MARK = "«redacted:"
 # environment dumps (`HF_TOKEN=x`) and headers (`Authorization: x`).
 SECRET_KEY = (
     r"(?:[A-Za-z_]*api[_-]?key|[A-Za-z_]*_token|hf_token|hugging_?face_hub_token|"
-    r"[A-Za-z_]*password[A-Za-z_]*|[A-Za-z_]*passwd|[A-Za-z_]*secret[A-Za-z_]*|authorization|"
-    r"x-api-key|access_key(?:_id)?)"
+    r"[A-Za-z_]*password[A-Za-z_]*|[A-Za-z_]*passwd|[A-Za-z]\w*_pwd|[A-Za-z_]*secret[A-Za-z_]*|"
+    r"authorization|proxy-authorization|cookie|x-api-key|x-[a-z-]*(?:auth|access|session)-token|"
+    r"access_key(?:_id)?)"
 )
 SECRET_KEYS = re.compile(r"(?i)^" + SECRET_KEY + r"$")
 # the same keys as command-line flags (`--api-key`, `--ssl-keyfile-password`, `--hf-token`)
 SECRET_FLAG = (
     r"(?:[a-z-]*api-key|[a-z-]*-token|hf-token|token|[a-z-]*password[a-z-]*|[a-z-]*passwd|"
-    r"[a-z-]*secret[a-z-]*|access-key(?:-id)?)"
+    r"[a-z-]*secret[a-z-]*|access-key(?:-id)?|oauth2-bearer)"
 )
+# Passwords other programs take as options on a command line (a chain that lint quotes, the
+# launch journal): (name, the programs, the option whose value follows, glued or after a space).
+SECRET_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("mysql", r"mysql\w*|mariadb\w*", r"-p(?=[^\s-])"),  # glued only: a lone -p prompts for it
+    ("sshpass", r"sshpass", r"-p\s*"),
+    ("redis", r"redis-cli", r"-a\s+"),
+    ("ldap", r"ldap[a-z]+", r"-w\s+"),
+    ("login", r"(?:docker|podman|nerdctl|buildah|skopeo|helm)(?:\s+registry)?\s+login", r"-p\s+"),
+    ("openssl", r"openssl", r"-pass(?:in|out)?\s+['\"]?pass:"),
+    ("curl", r"curl", r"(?:-u\s*|--user[=\s]+|-U\s*|--proxy-user[=\s]+)['\"]?[^\s:'\"]*:"),
+    ("smb", r"smbclient|rpcclient|smbmap|mount\.cifs", r"-U\s*['\"]?[^\s%'\"]*%"),
+    (
+        "htpasswd",
+        r"htpasswd",
+        r"-[a-zA-Z]*b[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+\S+\s+",
+    ),  # -b FILE USER PASSWORD
+)
+_OPTION_VALUE = r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\";&|]+)"
 # an Authorization header's scheme word: the credential is what follows it
 AUTH_SCHEME = r"(?:Bearer|Basic|Token|Digest)"
 
@@ -72,13 +91,27 @@ RULES: list[tuple[str, str]] = [
     # credentials in URLs: scheme://user:password@host
     ("url_password", r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
     ("query_token", r"(?i)[?&](?:token|access_token|api_key|key|sig|signature)=(?P<v>[^&\s'\"]+)"),
+    # a password option of another program (SECRET_OPTIONS), after the words before it
+    *(
+        (
+            "option_" + name,
+            r"(?<![\w-])(?:"
+            + programs
+            + r")(?![\w-])(?:\s+[^\s;&|]+)*?\s+"
+            + option
+            + _OPTION_VALUE,
+        )
+        for name, programs, option in SECRET_OPTIONS
+    ),
 ]
 _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
     r"secret|authorization|access_key|[?&](?:key|sig|signature)=|akia|asia|agpa|aida|aroa|aipa|"
-    r"anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|private key"
+    r"anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|private key|_pwd|"
+    r"oauth2-bearer|mysql|mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|"
+    r"skopeo|helm|openssl|curl|smbclient|rpcclient|smbmap|mount\.cifs|htpasswd"
 )
 # A cheaper first sieve (~3x on a busy log): every line HINT matches, matches one of these
 # (hf_, api_org_, _token, access_key: `_`; token=, [?&]..=: `=`; --..token: `--`; the letter
@@ -87,8 +120,13 @@ HINT = (
 HINT_SIEVE = (
     r"(?i)api[_-]?k|bearer|passw|secret|authoriz|sk-",
     r"[_=]",
-    # the provider prefixes of RULES, as they are written (case-sensitive, like those rules)
-    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY",
+    # the provider prefixes of RULES, as they are written (case-sensitive, like those rules),
+    # and the programs of SECRET_OPTIONS (`_pwd` is `[_=]`'s). Header names (`Cookie:`,
+    # `X-Auth-Token:`) are not sieved (they cost 2x here): their lines are redacted when a
+    # program of the line is (`curl -H …`), and lint and the journal redact every text whole.
+    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|mysql|"
+    r"mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|skopeo|helm|openssl|curl|"
+    r"smbclient|rpcclient|smbmap|mount\.cifs|htpasswd",
     r"--|://",
 )
 
@@ -279,6 +317,7 @@ __all__ = [
     "MARK",
     "RULES",
     "SECRET_KEYS",
+    "SECRET_OPTIONS",
     "StreamRedactor",
     "mask",
     "pem_lines",

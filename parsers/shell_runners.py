@@ -238,6 +238,7 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
     "parallel": _w(0, " ".join(_PARALLEL_OPTIONS), script=_parallel, stdin_args=True),
     "busybox": _w(),  # busybox kill -9 -1: the applet is the command
+    "sshpass": _w(0, "-p -f -d -P"),  # sshpass -p PASSWORD ssh HOST …
     "watch": _w(script=_joined("-n -d -q --interval --differences --equexit"), execs=False),
     "eval": _w(script=_joined(), execs=False),  # eval "pkill -f x" runs its joined words
     "ssh": _w(script=_ssh_command, execs=False),  # ssh HOST 'pkill -f x': the remote shell

@@ -241,3 +241,77 @@ def test_a_downloaded_script_run_by_a_shell_is_refused(step):
 )
 def test_scripts_read_by_shells_near_misses(step):
     assert not _errors(step), step
+
+
+# Secrets other programs take on their command line: one row each of
+# parsers/secrets.py SECRET_OPTIONS (or a key of SECRET_KEY), redacted by the parser's one
+# `redact`, which every finding goes through (forensics/finding.py).
+CHAIN_SECRETS = [
+    ("mysql -pR5mysqlPw -e 'select 1'", "R5mysqlPw"),
+    ("mysql -u root -p'R5 quoted' db", "R5 quoted"),
+    ("mysqldump -pR5dumpPw db > x.sql", "R5dumpPw"),
+    ("mysql --password=R5longPw db", "R5longPw"),
+    ("PGPASSWORD=R5pgPw psql -h x", "R5pgPw"),
+    ("MYSQL_PWD=R5mysqlPwd mysql", "R5mysqlPwd"),
+    ("sshpass -p R5sshPw ssh host uptime", "R5sshPw"),
+    ("sshpass -pR5sshGlued ssh host uptime", "R5sshGlued"),
+    ("curl -u user:R5curlPw http://x", "R5curlPw"),
+    ("curl --user=user:R5curlUser http://x", "R5curlUser"),
+    ("curl -uuser:R5curlGlued http://x", "R5curlGlued"),
+    ("curl -H 'Authorization: Bearer R5bearerTok' http://x", "R5bearerTok"),
+    ("curl -H 'Cookie: session=R5cookie' http://x", "R5cookie"),
+    ("curl -H 'X-Auth-Token: R5xauth' http://x", "R5xauth"),
+    ("curl --oauth2-bearer R5oauth http://x", "R5oauth"),
+    ("wget --http-password=R5wgetPw http://x", "R5wgetPw"),
+    ("redis-cli -a R5redisPw ping", "R5redisPw"),
+    ("ldapsearch -x -w R5ldapPw -D cn=x", "R5ldapPw"),
+    ("docker login -u x -p R5dockerPw", "R5dockerPw"),
+    ("openssl enc -pass pass:R5osslPw -in x", "R5osslPw"),
+    ("smbclient -U user%R5smbPw //h/s", "R5smbPw"),
+    ("htpasswd -b .htpasswd user R5htPw", "R5htPw"),
+    ("git clone https://user:R5gitPw@github.com/x", "R5gitPw"),
+]
+
+
+@pytest.mark.parametrize(("cmd", "secret"), CHAIN_SECRETS)
+def test_lint_never_prints_a_password_given_on_a_command_line(cmd, secret):
+    from click.testing import CliRunner
+
+    from forensics.cli import cli
+
+    # the step that holds it is quoted by a finding: a group with a mass kill
+    chain = f"{{ {cmd}; kill -9 -1; }}\n{SERVER}"
+    for args in (["lint", "--shell", chain], ["lint", "--shell", chain, "--json"]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 1, res.output
+        assert secret not in res.output
+        assert "redacted:" in res.output or "***@" in res.output  # URLs are masked on output
+    # and a refused replay's message
+    blocked = replay_blockers(chain)
+    assert blocked and all(secret not in f.text + f.explanation for f in blocked)
+
+
+def test_the_parser_redacts_the_same_options_in_a_log():
+    import polars as pl
+
+    from forensics_parsers.secrets import redact_lines
+
+    lines = pl.Series([cmd for cmd, _ in CHAIN_SECRETS])
+    out, changed = redact_lines(lines)
+    assert changed == len(CHAIN_SECRETS)
+    for text, (_, secret) in zip(out.to_list(), CHAIN_SECRETS):
+        assert secret not in text
+
+
+def test_options_that_are_no_password_stay():
+    from forensics_parsers.secrets import redact
+
+    for text in (
+        "mysql -p -e 'select 1'",  # a lone -p prompts
+        "mysql -P 3306 -h db",
+        "curl -u user http://x",  # no password given: curl prompts
+        "ssh -p 22 host",
+        "docker run -p 8000:8000 img",
+        "ldapsearch -x -W -D cn=x",
+    ):
+        assert redact(text) == text, text
