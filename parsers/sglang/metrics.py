@@ -253,6 +253,10 @@ def _json_value(v: pl.Expr) -> pl.Expr:
 # a value with a space or % around it: `key:  1`, `1 , key`, `87%` (literal finds: several
 # times cheaper than one regex alternation of them over every metrics line)
 _PADDED = ("%", ":  ", " ,")
+# the fast path's widest layout: it builds a column (and an expression or two) per key, so a
+# line of thousands of `key: value` fields costs memory per field there (a 4 MB chunk of
+# 60 KB lines: ~300 MB); wider lines take the general path (one pass per known key)
+FAST_KEYS_MAX = 64
 
 
 def _fields_fast(
@@ -268,7 +272,11 @@ def _fields_fast(
         return None, sub
     segs = [x for x in first[0].rstrip().rstrip(",").split(", ") if x]
     keys = [seg.partition(": ")[0] for seg in segs]
-    if not keys or any(not k or ": " not in seg for k, seg in zip(keys, segs)):
+    if (
+        not keys
+        or len(keys) > FAST_KEYS_MAX
+        or any(not k or ": " not in seg for k, seg in zip(keys, segs))
+    ):
         return None, sub
     n = len(keys)
     r = pl.col("rest")
