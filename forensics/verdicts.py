@@ -49,17 +49,17 @@ def refresh(
     at all (a verdict with no phase: ingest warns about them). ``done_meta``: a manifest meta
     key cleared in the same commit as the verdicts (ingest's pending-verdicts marker)."""
     from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
-    from forensics.runs import base_runs
+    from forensics.classifier.labels import _labels_for
+    from forensics.runs import run_keys
 
-    runs = base_runs(store)
-    if source_ids is not None and not runs.is_empty():
-        runs = runs.filter(pl.col("source_id").is_in(list(source_ids)))
+    runs = run_keys(store, source_ids)
     if runs.is_empty():
         if done_meta is not None:
             store.set_meta(done_meta, None)
         return 0
     model = load_model(store)
-    runs = runs.select("run_id", "source_id", "run_index").sort("source_id", "run_index")
+    # read once: inside the transaction each read of them parses the manifest again
+    sources, labels = store.sources(), _labels_for(store)
     with store.transaction() as tx:
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
         # a batch of runs at a time: their rows read (by run range), their verdicts written
@@ -70,8 +70,9 @@ def refresh(
             for (sid,), one in batch.group_by("source_id", maintain_order=True):
                 rix = one["run_index"]
                 tables = _tables_of(store, str(sid), (int(rix.min()), int(rix.max())), len(runs))
+                known = (sources.get(sid, {}), labels.get(sid, {}))
                 for rid, ri in one.select("run_id", "run_index").iter_rows():
-                    v = classify_stored(store, sid, int(ri), model, tables.get(ri))
+                    v = classify_stored(store, sid, int(ri), model, tables.get(ri), known)
                     if v.phase is None and unplaced is not None:
                         unplaced.add(sid)
                     rows.append(_row(rid, v))
@@ -87,6 +88,7 @@ VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at a time 
 def _tables_of(store: Store, sid: str, runs: tuple[int, int], total: int) -> dict[int, Any]:
     """The analysis tables of each run of ``runs`` (first, last) of source ``sid``, split by
     run; a store of fewer runs than a batch is read as a whole (the store caches it)."""
+    from forensics.classifier.analysis import RunRows
     from forensics.classifier.stored import _store_tables
 
     tables = _store_tables(store, sid, runs if total > VERDICT_BATCH else None)
@@ -97,7 +99,7 @@ def _tables_of(store: Store, sid: str, runs: tuple[int, int], total: int) -> dic
         for (ri,), part in df.partition_by("run_index", as_dict=True).items():
             per_run.setdefault(int(ri), {})[name] = part
     empty = {name: df.clear() for name, df in tables.items()}
-    return {ri: {**empty, **t} for ri, t in per_run.items()}
+    return {ri: RunRows({**empty, **t}) for ri, t in per_run.items()}
 
 
 def _row(rid: str, v: Any) -> dict[str, Any]:

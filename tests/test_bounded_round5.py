@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
+
+import forensics.verdicts as verdicts
 import forensics_parsers.sglang as S
+from forensics.ingest import ingest
+from forensics.store import Store, transaction
+from forensics.store.manifest import Manifest
 from forensics_parsers.sglang import metrics
 from scripts.gen_pathological import generate
 
@@ -33,3 +39,57 @@ def test_wide_decode_lines_take_the_general_path_with_the_same_rows(tmp_path, mo
     extra = json.loads(general["extra"][0])
     assert len(extra) == 300 and extra["custom metric 0299"] == 149.5
     assert general["token"].to_list() == list(range(len(general)))
+
+
+def _restarts(tmp_path, launches: int):
+    log = tmp_path / "restarts.log"
+    generate("restarts", log, mb=50, count=launches)
+    return log
+
+
+def test_verdicts_of_many_launches_never_read_the_runs_or_verdicts_table_whole(
+    tmp_path, monkeypatch
+):
+    """A server restarted in a loop (56,000 launches): the verdict step read the runs table
+    whole (every launch's server_args) and rewrote the verdicts table whole, and read the
+    manifest three times per run: ~387 MB and minutes. Now run keys are two columns read
+    part by part, the verdicts are rewritten a part at a time, the manifest read once."""
+    monkeypatch.setattr(verdicts, "VERDICT_BATCH", 40)
+    store = Store.open(tmp_path / "st")
+    assert ingest(store, [str(_restarts(tmp_path, 200))]).files[0].runs == 201
+    before = store.table("verdicts").select("run_id", "phase", "signature").sort("run_id")
+    whole = Store.table
+
+    def guarded(self, name):
+        assert name not in ("runs", "verdicts"), f"{name} read whole"
+        return whole(self, name)
+
+    reads = []
+    load = Manifest.load
+    monkeypatch.setattr(Store, "table", guarded)
+    monkeypatch.setattr(Manifest, "load", staticmethod(lambda p: reads.append(p) or load(p)))
+    assert verdicts.refresh(store) == 201
+    monkeypatch.undo()
+    assert len(reads) < 50  # was three per run
+    after = store.table("verdicts").select("run_id", "phase", "signature").sort("run_id")
+    assert after.equals(before) and after["run_id"].n_unique() == 201
+
+
+def test_drop_rows_rewrites_the_parts_that_lose_rows_and_merges_small_ones(tmp_path, monkeypatch):
+    store = Store.open(tmp_path / "st")
+    rows = [{"run_id": f"s:{i}", "phase": "ok"} for i in range(30)]
+    for i in range(3):  # three parts of ten verdicts
+        with store.transaction() as tx:
+            tx.append("verdicts", pl.DataFrame(rows[i * 10 : i * 10 + 10]))
+    parts = lambda: store.manifest().tables["verdicts"]  # noqa: E731
+    big = parts()[0]
+    monkeypatch.setattr(transaction, "DROP_MERGE_BYTES", 1)  # every part is "big"
+    with store.transaction() as tx:
+        tx.drop_rows("verdicts", pl.col("run_id") != "s:25")
+    assert big in parts() and len(parts()) == 3  # only the third part was rewritten
+    monkeypatch.undo()
+    with store.transaction() as tx:  # small parts are merged into one
+        tx.drop_rows("verdicts", pl.col("run_id") != "s:3")
+    assert len(parts()) == 1 and big not in parts()
+    left = store.table("verdicts")["run_id"].to_list()
+    assert sorted(left) == sorted(r["run_id"] for r in rows if r["run_id"] not in ("s:3", "s:25"))

@@ -36,10 +36,16 @@ def _store_tables(
 
 
 def analyze_stored(
-    store, source_id: str, run_index: int, tables: dict[str, pl.DataFrame] | None = None
+    store,
+    source_id: str,
+    run_index: int,
+    tables: dict[str, pl.DataFrame] | None = None,
+    src: dict | None = None,
 ) -> Analysis:
+    """``tables``: rows holding the run's (``RunRows``: its own, verdicts.refresh), else the
+    source's are read; ``src``: the source's manifest entry, when the caller holds it."""
     tables = tables if tables is not None else _store_tables(store, source_id)
-    src = store.sources().get(source_id, {})
+    src = src if src is not None else store.sources().get(source_id, {})
     mtime = src.get("mtime")
     return analyze(tables, run_index, path=src.get("path", source_id), mtime=mtime)
 
@@ -70,11 +76,15 @@ def classify_stored(
     run_index: int,
     model: Model | None = None,
     tables: dict[str, pl.DataFrame] | None = None,
+    known: tuple[dict, dict] | None = None,
 ) -> Verdict:
-    """The verdict of a stored run (``tables``: _store_tables' of a range holding it)."""
-    a = analyze_stored(store, source_id, run_index, tables)
+    """The verdict of a stored run (``tables``: that run's rows, as verdicts.refresh splits
+    them; ``known``: the source's manifest entry and its labels, read once by a caller that
+    classifies many runs: inside a transaction every read of them parses the manifest)."""
+    src, labels = known if known is not None else (None, _labels_for(store).get(source_id, {}))
+    a = analyze_stored(store, source_id, run_index, tables, src)
     v = verdict(a, model if model is not None else load_model(store))
-    label = _labels_for(store).get(source_id, {}).get(run_index)
+    label = labels.get(run_index)
     if label:
         v.phase, v.confidence, v.decided = label, 1.0, True
         v.explanation = f"labeled {label} by you (forensics label); " + v.explanation

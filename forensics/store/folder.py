@@ -292,6 +292,10 @@ class Store:
             self._by_source.clear()
             self._cache_gen = man.generation
 
+    def reduced(self, name: str, reduce: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
+        """A summary of a whole table, computed part by part (see source_rows)."""
+        return self._reduced(name, reduce)
+
     def _reduced(self, name: str, reduce: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
         """``reduce`` of the table, part by part, then over their union (see source_rows)."""
         import polars as pl

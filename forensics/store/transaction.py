@@ -26,6 +26,7 @@ STAGE_BYTES = 12 << 20  # ... or staged bytes (polars' estimate): 400,000 lines 
 # zstd level of the parts: 1 writes the decode rows of a 100 MB log in ~0.11 s CPU against
 # ~0.14 s at polars' default (3), for ~25 % larger parts (8.7 MB against 7.0 MB)
 PART_ZSTD_LEVEL = 1
+DROP_MERGE_BYTES = 16 << 20  # drop_rows: parts under this are merged, up to this a part
 
 
 class StoreReadOnly(StoreError):
@@ -240,15 +241,34 @@ class Transaction:
         self.dirty = True
 
     def drop_rows(self, table: str, keep: pl.Expr) -> None:
-        """Rewrite a table keeping only rows matching ``keep`` (small tables only)."""
-        df = self.store.table(table)
-        if df.is_empty():
-            return
-        for p in self.man.tables.get(table, []):
+        """Keep only the rows of ``table`` matching ``keep``, a part at a time: a part that
+        loses rows is rewritten, small parts are merged (up to DROP_MERGE_BYTES a part), a
+        big part that keeps every row is left as it is. Memory is a part and a merge
+        buffer, never the table (the verdicts of a store of 100,000 runs)."""
+        import polars as pl
+
+        from forensics.tables import TABLES, conform
+
+        merge: list[pl.DataFrame] = []
+        size = 0
+        for p in list(self.man.tables.get(table, [])):
+            if (table, p) in self._drop_parts:
+                continue
+            df = _read_part(self.store.root / "tables" / table / p)
+            df = conform(table, df) if table in TABLES else df
+            kept = df.filter(keep)
+            small = df.estimated_size() < DROP_MERGE_BYTES
+            if kept.height == df.height and not small:
+                continue
             self._drop_parts.add((table, p))
-        self.dirty = True
-        kept = df.filter(keep)
-        self.append(table, kept)
+            self.dirty = True
+            merge.append(kept)
+            size += kept.estimated_size()
+            if size >= DROP_MERGE_BYTES:
+                self.append(table, pl.concat(merge, how="diagonal_relaxed"))
+                merge, size = [], 0
+        if merge:
+            self.append(table, pl.concat(merge, how="diagonal_relaxed"))
 
     def _settle(self) -> None:
         """Before a commit: the legacy resume states (migration 4) and what is staged are
