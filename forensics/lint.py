@@ -12,7 +12,6 @@ chain (over SSH: ``bash -c '<the whole chain>'``) and regex-matches each ``pkill
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -21,7 +20,6 @@ import polars as pl
 
 from forensics import hazards
 from forensics.finding import Finding
-from forensics.hostprobe import free_space, port_listening
 from forensics.kills import (
     BROAD_PATTERN,
     gpu_kills,
@@ -30,6 +28,7 @@ from forensics.kills import (
     signal_name,
     step_kills,
 )
+from forensics.lint_host import check_disk, check_log_dir, check_port
 from forensics.recipe import Recipe, server_step, step_kind
 from forensics_parsers.shell import (
     Chain,
@@ -280,74 +279,6 @@ def _check_sleep(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
             )
 
 
-def _at_server(ctx: LintContext, rule: Rule, where: str, explanation: str, alt: str) -> Finding:
-    """A host check's finding, placed on the server step (``where`` when there is none)."""
-    step = ctx.server
-    return Finding(
-        rule.id,
-        rule.severity,
-        step.index if step else None,
-        step.text if step else where,
-        explanation,
-        alt,
-    )
-
-
-def _check_log_dir(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
-    log = ctx.recipe.log_path
-    if not log or ctx.host is None:
-        return
-    d = posixpath.dirname(log) or "."
-    if ctx.host.is_dir(d):
-        return
-    yield _at_server(
-        ctx,
-        rule,
-        log,
-        f"{ctx.host.name}:{d} does not exist, so the shell cannot open {log} for the "
-        "redirection: the server never starts and no log is written.",
-        rule.alternative.replace("DIR", d),
-    )
-
-
-def _check_disk(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
-    need = ctx.recipe.min_free_mb
-    if not need or ctx.host is None:
-        return
-    paths = [posixpath.dirname(ctx.recipe.log_path) or "."] if ctx.recipe.log_path else []
-    tmp = ctx.host.run("echo ${TMPDIR:-/tmp}", timeout=10, allow_timeout=True).text.strip()
-    paths.append(tmp or "/tmp")
-    for path, mount, free in free_space(ctx.host, paths):
-        if free >= need:
-            continue
-        yield _at_server(
-            ctx,
-            rule,
-            path,
-            f"{ctx.host.name}:{mount} (holding {path}) has {free:,.0f} MiB free, less than the "
-            f"{need:,.0f} MiB a launch needs: the log, Triton/CUDA-graph caches and core files "
-            "fail mid-write with `No space left on device`.",
-            rule.alternative.replace("MOUNT", mount),
-        )
-
-
-def _check_port(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
-    port = ctx.recipe.port
-    if port is None or ctx.host is None:
-        return
-    if not port_listening(ctx.host, port):
-        return
-    yield _at_server(
-        ctx,
-        rule,
-        str(ctx.recipe.health_url),
-        f"port {port} is already bound on {ctx.host.name}: the new server fails to bind "
-        "(`address already in use`), or /health answers from the old server and the launch "
-        "looks healthy when it is not.",
-        rule.alternative,
-    )
-
-
 def _check_syntax(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     # the shell stops at the first one: the rest would only repeat it
     for w in ctx.chain.errors[:1]:
@@ -517,7 +448,7 @@ RULES: tuple[Rule, ...] = (
         "the log's directory does not exist on the host",
         "the redirection fails before the server runs: no process, no log (pre-exec)",
         "create it first: `mkdir -p DIR` (forensics launch does)",
-        _check_log_dir,
+        check_log_dir,
         needs_host=True,
     ),
     Rule(
@@ -527,7 +458,7 @@ RULES: tuple[Rule, ...] = (
         "the server dies mid-write (ENOSPC) or writes a truncated log",
         "free space on MOUNT (`du -xh -d1 MOUNT | sort -h | tail`) or put the log elsewhere "
         "(min_free_mb in the recipe sets the threshold, 0 turns the check off)",
-        _check_disk,
+        check_disk,
         needs_host=True,
     ),
     Rule(
@@ -537,7 +468,7 @@ RULES: tuple[Rule, ...] = (
         "the server cannot bind, or /health answers for the old server",
         "stop the old server (`forensics stop NAME`), or find its owner with `ss -ltnp` / "
         "`fuser -v PORT/tcp` and pick another --port",
-        _check_port,
+        check_port,
         needs_host=True,
     ),
 )

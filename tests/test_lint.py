@@ -135,7 +135,7 @@ def test_cli_lint_json_and_text():
 
 
 def test_S10_disk_full_checked_on_the_host_with_the_recipes_threshold(tmp_path):
-    from forensics.lint import free_space
+    from forensics.hostprobe import free_space
 
     log = tmp_path / "not" / "yet" / "x.log"  # the nearest existing parent is measured
     ((_, mount, free),) = free_space(LocalHost(), [str(log.parent)])
