@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from collections.abc import Callable, Iterator
 
 from forensics.recipe import Recipe
@@ -62,7 +63,8 @@ REMOVERS: dict[str, frozenset[str]] = {
 
 
 def _find_removed(argv: list[str]) -> list[str]:
-    """``find PATH… -delete`` / ``-exec rm …``: the starting points, when it deletes."""
+    """``find PATH… -delete`` / ``-exec rm …``: the starting points when it deletes (``PATH/*NAME``
+    with ``-name NAME``: what it names below them, at any depth)."""
     if not any(a == "-delete" or a in ("-exec", "-execdir", "-ok") for a in argv[1:]):
         return []
     deletes = "-delete" in argv or any(
@@ -74,6 +76,10 @@ def _find_removed(argv: list[str]) -> list[str]:
         if a.startswith(("-", "(", "!")):
             break
         paths.append(a)
+    # `-name PATTERN` (or -iname) keeps it to what the pattern names, at any depth
+    names = [argv[k + 1] for k, a in enumerate(argv[:-1]) if a in ("-name", "-iname")]
+    if names:
+        paths = [f"{p.rstrip('/')}/*{n.lstrip('*')}" for p in paths for n in names]
     return paths if deletes else []
 
 
@@ -126,6 +132,107 @@ def removed_inputs(chain: Chain, recipe: Recipe) -> Iterator[tuple[Step, str]]:
                 for what, path, why in needed:
                     if path and _covers(target, path):
                         yield step, f"`{target}` removes {what} ({path}): {why}."
+
+
+# Data shared beyond one launch, which a chain should never delete: (what it is, its paths as
+# typed or normalised by _shared_form: `~` for a home, `$VAR` for a variable, globs allowed,
+# what deleting it does). A target is caught when it is one of them, or a folder above one.
+# Compile caches (~/.triton, flashinfer's) are no rows: deleting one is a known fix for
+# stale kernels, rebuilt at the next start.
+SHARED_DATA: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "the system or a shared disk",
+        (
+            "/",
+            "/usr",
+            "/etc",
+            "/var",
+            "/opt",
+            "/boot",
+            "/lib",
+            "/lib64",
+            "/bin",
+            "/sbin",
+            "/srv",
+            "/data",
+            "/mnt",
+            "/scratch",
+            "/shared",
+            "/nfs",
+            "/home",
+        ),  # fmt: skip
+        "the host itself, or a disk every user of the host keeps work on",
+    ),
+    ("a home folder", ("~",), "every file of that user: code, keys, caches, results"),
+    (
+        "the Hugging Face cache",
+        (
+            "~/.cache/huggingface",
+            "~/.cache/huggingface/hub",
+            "$HF_HOME",
+            "$HF_HOME/hub",
+            "$HF_HUB_CACHE",
+            "$HUGGINGFACE_HUB_CACHE",
+            "$TRANSFORMERS_CACHE",
+            "$HF_DATASETS_CACHE",
+        ),  # fmt: skip
+        "every model and dataset downloaded on this host (hundreds of GB to fetch again), "
+        "deleted under other runs that are loading them",
+    ),
+    (
+        "a model hub cache",
+        (
+            "~/.cache/modelscope",
+            "$MODELSCOPE_CACHE",
+            "~/.cache/torch",
+            "$TORCH_HOME",
+            "~/.ollama/models",
+            "$OLLAMA_MODELS",
+        ),  # fmt: skip
+        "every model downloaded through it, deleted under other runs that are loading them",
+    ),
+    (
+        "a folder of models",
+        ("models", "*/models", "checkpoints", "*/checkpoints", "hf_models", "*/hf_models"),
+        "every model (or checkpoint) in it, not only the one this launch replaces",
+    ),
+    (
+        "model weights",
+        ("*.safetensors", "*.gguf"),
+        "weights no log can bring back (a download or a training run each)",
+    ),
+)
+_HOME = re.compile(r"^(?:\$\{?HOME\}?|/root|/home/[^/]+)(?=/|$)")
+
+
+def _shared_form(target: str) -> str:
+    """A removal target as SHARED_DATA writes paths: `${X}` as `$X`, a home as `~`, without
+    the `/*` that empties a folder (`rm -rf ~/.cache/huggingface/hub/*` removes the hub)."""
+    t = re.sub(r"\$\{(\w+)\}", r"$\1", target.strip())
+    t = _HOME.sub("~", t)
+    while t.endswith(("/*", "/.*", "/")) and len(t) > 1:
+        t = t[:-2] if t.endswith("/*") else t[:-3] if t.endswith("/.*") else t[:-1]
+    return posixpath.normpath(t) if t not in ("", "~") else t
+
+
+def _hits(target: str, path: str) -> bool:
+    """Whether removing ``target`` removes ``path`` (a glob matches it; a folder above it)."""
+    if fnmatch.fnmatchcase(target, path):
+        return True
+    return "*" not in path and (target == "/" or path.startswith(target.rstrip("/") + "/"))
+
+
+def removed_shared(chain: Chain) -> Iterator[tuple[Step, str]]:
+    """Steps that delete data shared beyond this launch (SHARED_DATA)."""
+    for step in chain.steps:
+        seen = set()
+        for cmd in _commands(step):
+            for target in _removed(cmd.unwrapped()[0]):
+                t = _shared_form(target)
+                row = next((r for r in SHARED_DATA if any(_hits(t, p) for p in r[1])), None)
+                if row and target not in seen:
+                    seen.add(target)
+                    yield step, f"`{target}` removes {row[0]}: {row[2]}."
 
 
 def exec_ends_chain(chain: Chain) -> Iterator[tuple[Step, str]]:

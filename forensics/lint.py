@@ -359,6 +359,19 @@ RULES: tuple[Rule, ...] = (
         replay="refuse",
     ),
     Rule(
+        "removes-shared-data",
+        "error",
+        "`rm -rf` (or find -delete, shred…) of data shared beyond this launch: `/`, a home, "
+        "`~/.cache/huggingface` or `$HF_HOME`, a `models` or `checkpoints` folder, weights "
+        "(`*.safetensors`)",
+        "other runs and users load from it: their models vanish mid-load, and each one is "
+        "hours of download or training to bring back",
+        "remove only what this launch made (its log, its own temp folder); to free a model "
+        "from the cache use `huggingface-cli delete-cache` (it asks per revision)",
+        _steps(lambda ctx: hazards.removed_shared(ctx.chain)),
+        replay="refuse",
+    ),
+    Rule(
         "runs-fetched-script",
         "error",
         "a shell that runs a downloaded script: `curl -s URL | bash`, `. <(curl …)`, "

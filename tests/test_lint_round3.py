@@ -144,12 +144,17 @@ def test_replay_refuses_what_the_rules_say():
         "mass-kill": "safe-patterns",
         "removes-launch-input": "refuse",
         "runs-fetched-script": "refuse",  # round 5
+        "removes-shared-data": "refuse",  # round 5
     }
     chain = f"reboot; {SERVER}"
     assert [f.id for f in replay_blockers(chain)] == ["mass-kill"]
     assert replay_blockers(chain, safe_patterns=True) == []
     chain = f"rm -rf /models; {SERVER}"
-    assert [f.id for f in replay_blockers(chain, safe_patterns=True)] == ["removes-launch-input"]
+    # the model, and (round 5) every other model of the folder
+    assert [f.id for f in replay_blockers(chain, safe_patterns=True)] == [
+        "removes-launch-input",
+        "removes-shared-data",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -315,3 +315,60 @@ def test_options_that_are_no_password_stay():
         "ldapsearch -x -W -D cn=x",
     ):
         assert redact(text) == text, text
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "rm -rf /",
+        "rm -rf /*",
+        "sudo rm -rf /data",
+        "rm -rf ~",
+        "rm -rf $HOME",
+        "rm -rf /home/alice",
+        "rm -rf ~/.cache",
+        "rm -rf ~/.cache/huggingface",
+        "rm -rf $HOME/.cache/huggingface/hub",
+        "rm -rf ~/.cache/huggingface/hub/*",
+        "rm -rf /root/.cache/huggingface",
+        "rm -rf $HF_HOME",
+        "rm -rf ${HF_HOME}/hub",
+        'rm -rf "$HF_HOME"/*',
+        "rm -rf $TRANSFORMERS_CACHE",
+        "rm -rf ~/.cache/torch",
+        "rm -fr /data/models",
+        "rm -rf ../models",
+        "rm --recursive --force /srv/checkpoints",
+        "find ~/.cache/huggingface -delete",
+        "find / -name '*.safetensors' -delete",
+        "shred -u /tmp/w/model.safetensors",
+        "H=~/.cache/huggingface; rm -rf $H",
+        "bash -c 'rm -rf ~/.cache/huggingface'",
+    ],
+)
+def test_mass_deletes_of_shared_data_are_errors(step):
+    assert "removes-shared-data" in _errors(step), step
+    assert "removes-shared-data" in {f.id for f in replay_blockers(f"{step}\n{SERVER}")}
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "rm -rf /tmp/old-logs",
+        "rm -f /data/logs/a.log.old",
+        "rm -rf /data/logs/old",
+        "rm -rf $HOME/tmp",
+        "rm -rf ./build",
+        "rm -rf /tmp/x/.cache",
+        "rm -rf ~/.cache/huggingface/hub/models--org--name",  # one model of the cache
+        "rm -rf ./models/old-run",
+        "rm -f /models/k2/*.tmp",
+        "find /models/k2 -name '*.tmp' -delete",
+        "find / -name core -delete",
+        "rm -f x.safetensors.tmp",
+        "rm -rf ~/.triton/cache",  # a compile cache: a known fix, rebuilt at the next start
+        "rm -rf ~/.cache/flashinfer",
+    ],
+)
+def test_removals_of_one_runs_files_stay_clean(step):
+    assert not _errors(step), step
