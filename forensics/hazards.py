@@ -240,8 +240,10 @@ def exec_ends_chain(chain: Chain) -> Iterator[tuple[Step, str]]:
     run (``exec`` with only redirections keeps the shell)."""
     for step in chain.steps:
         cmd = step.command
+        if cmd is None or cmd.argv[:1] != ["exec"] or step.background:
+            continue
         later = [s for s in chain.steps if s.index > step.index]
-        if cmd is None or not later or cmd.argv[:1] != ["exec"] or step.background:
+        if not later:
             continue
         if cmd.unwrapped()[0]:
             yield (

@@ -30,6 +30,7 @@ from forensics.kills import (
 )
 from forensics.lint_host import check_disk, check_log_dir, check_port
 from forensics.recipe import Recipe, server_step, step_kind
+from forensics_parsers.secrets import redact
 from forensics_parsers.shell import (
     Chain,
     Command,
@@ -72,7 +73,9 @@ class Rule:
 # --------------------------------------------------------------------------- helpers
 
 
-def _excerpt(text: str, m: re.Match[str], width: int = 24) -> str:
+def _excerpt(text: str, m: re.Match[str] | None, width: int = 24) -> str:
+    if m is None:  # it matched only inside a secret: nothing of it is shown
+        return "«redacted»"
     a, b = max(0, m.start() - width), min(len(text), m.end() + width)
     body = text[a:b].replace("\n", " ")
     return ("…" if a else "") + body + ("…" if b < len(text) else "")
@@ -104,9 +107,12 @@ def _steps_list(steps: list[Step]) -> str:
 def _check_self_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
     for step in ctx.chain.steps:
         for spec in step_kills(step):
-            m = self_kill_match(spec, ctx.cmdline)
-            if not m:
+            if not self_kill_match(spec, ctx.cmdline):
                 continue
+            # the excerpt is cut from the redacted command line: a window of the raw one can
+            # hold a secret without the words that mark it (`…-pS3cret -e x; pkill…`)
+            shown = redact(ctx.cmdline)
+            m = self_kill_match(spec, shown)
             later = _later(ctx.chain, step)
             tail = ""
             if ctx.server is not None and ctx.server.index > step.index:
@@ -121,7 +127,7 @@ def _check_self_kill(ctx: LintContext, rule: Rule) -> Iterable[Finding]:
                 step.index,
                 step.text,
                 f"`{spec.pattern}` matches the command line of the shell that runs the chain "
-                f"({_excerpt(ctx.cmdline, m)!r} in `{ctx.cmdline.split(' ', 1)[0]} -c "
+                f"({_excerpt(shown, m)!r} in `{ctx.cmdline.split(' ', 1)[0]} -c "
                 f"'<the chain>'`), so step {step.index} kills that shell with "
                 f"{signal_name(spec.signal)} (exit {128 + spec.signal}) and the "
                 f"{len(later)} step(s) after it never run{tail}.",

@@ -202,7 +202,7 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
             toks.append(_Tok("op", c, i, i + 1))
             i += 1
             if c == "\n" and pending:
-                i = _here_doc_bodies(text, i, [toks[k] for k in pending], toks)
+                i = _here_doc_bodies(text, i, pending, toks)
                 pending.clear()
         else:
             start = i
@@ -222,12 +222,13 @@ def tokenize(text: str) -> tuple[list[_Tok], list[str], list[str]]:
     return toks, warnings, errors
 
 
-def _here_doc_bodies(text: str, i: int, docs: list[_Tok], toks: list[_Tok]) -> int:
-    """Read the lines of each here-document from ``i`` (the start of the line after the one
-    that opened them), up to its delimiter line (`<<-`: leading tabs stripped); one never
-    closed runs to the end, as in bash. The index after the last body."""
-    for doc in docs:
-        k = toks.index(doc)
+def _here_doc_bodies(text: str, i: int, docs: list[int], toks: list[_Tok]) -> int:
+    """Read the lines of each here-document (``docs``: the indices of their tokens) from ``i``
+    (the start of the line after the one that opened them), up to its delimiter line (`<<-`:
+    leading tabs stripped); one never closed runs to the end, as in bash. The index after the
+    last body."""
+    for k in docs:
+        doc = toks[k]
         delim = toks[k + 1].value if k + 1 < len(toks) and toks[k + 1].kind == "word" else ""
         lines: list[str] = []
         while i < len(text):

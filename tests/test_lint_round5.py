@@ -372,3 +372,25 @@ def test_mass_deletes_of_shared_data_are_errors(step):
 )
 def test_removals_of_one_runs_files_stay_clean(step):
     assert not _errors(step), step
+
+
+def test_a_self_kill_excerpt_never_cuts_a_secret_out_of_its_context():
+    """The self-kill finding quotes a window of the launching shell's command line; cut from
+    the raw text, the window held `…-pS3cret -e x; pkill…` without the `mysql` that marks it."""
+    chain = "mysql -pR5cutPw -e x; pkill -f python; python3 -m sglang.launch_server --port 1"
+    found = [f for f in lint(chain) if f.id == "cleanup-self-kill"]
+    assert found and all("R5cutPw" not in f.explanation for f in found)
+    assert "»" in found[0].explanation  # the end of the mark is in the window
+    # a pattern that matches only inside the secret (on the raw line): the window is «redacted»
+    only = lint("mysql -pR5onlyPw x; pkill -f 'R5only[P]w'; python3 -m sglang.launch_server")
+    kills = [f for f in only if f.id == "cleanup-self-kill"]
+    assert kills and all("R5onlyPw" not in f.explanation for f in kills)
+    assert "(«redacted»" in kills[0].explanation.replace("'", "")
+
+
+def test_many_here_documents_are_read_once_each():
+    """4,000 here-documents: each body found by its token's index (it was a list search per
+    document, quadratic: the probe's case ran past 30 s)."""
+    chain = parse_chain("".join(f"cat <<E{i}\nline {i}\nE{i}\n" for i in range(4000)))
+    assert len(chain.steps) == 4000
+    assert chain.steps[3999].commands[0].redirects[0].body == "line 3999\n"
