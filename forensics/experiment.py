@@ -84,6 +84,17 @@ def gpu_name(raw: str | None) -> str | None:
     return raw.replace("_", " ")
 
 
+def gpu_lines(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The stored lines that may name a GPU (GPU_PATTERNS' literals): a reduce for
+    ``Store.reduced``, so ``runs`` never reads the lines table whole (1.7 M warnings)."""
+    import polars as pl
+
+    hit = pl.any_horizontal(
+        pl.col("text").str.contains(literal, literal=True) for _, literal in GPU_PATTERNS
+    )
+    return lf.select("source_id", "run_index", "line", "text").filter(hit)
+
+
 def gpu_models(lines: pl.DataFrame) -> pl.DataFrame:
     """(source_id, run_index, gpu_model) of every run whose stored lines name its GPU
     (``GPU_PATTERNS``; the first line that does)."""

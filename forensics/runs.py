@@ -260,8 +260,17 @@ def _decode_stats(store: Store) -> pl.DataFrame:
     )
 
 
+def _first_errors(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The first traceback and the first error of each run (a reduce for Store.reduced:
+    what _first_error picks from, never the errors table whole)."""
+    cols = ["source_id", "run_index", "line", "kind", "exc_type", "message"]
+    tb = (pl.col("kind") == "traceback").fill_null(False)
+    firsts = lf.select(cols).sort("line").with_columns(tb.alias("_tb"))
+    return firsts.group_by("source_id", "run_index", "_tb").first().drop("_tb")
+
+
 def _first_error(store: Store) -> pl.DataFrame:
-    err = store.table("errors")
+    err = store.reduced("errors", _first_errors)
     if err.is_empty():
         # no errors anywhere in the store: the column still exists (runs --json, signatures)
         return pl.DataFrame(
@@ -327,7 +336,8 @@ def runs_table(
         _decode_stats(store), on=key, how="left"
     )
     df = df.join(_first_error(store), on=key, how="left")
-    df = df.join(experiment.gpu_models(store.table("lines")), on=key, how="left")
+    gpu = experiment.gpu_models(store.reduced("lines", experiment.gpu_lines))
+    df = df.join(gpu, on=key, how="left")
     df = df.join(latest_bench(store), on="run_id", how="left")
     has_decode = pl.col("decode_lines").fill_null(0) > 0
     args = pl.col("server_args") if "server_args" in df.columns else pl.lit(None, pl.String)
@@ -451,18 +461,15 @@ SEGMENTS = [
 
 def stage_timeline(store: Store, source_id: str, run_index: int) -> list[dict]:
     """Startup segments of one run: start offset and duration (s), and whether each ended."""
-    ev = store.table("events")
+    where = pl.col("run_index") == run_index  # the run's rows, read part by part
+    ev = store.source_rows("events", source_id, where=where)
     if ev.is_empty():
         return []
-    ev = ev.filter((pl.col("source_id") == source_id) & (pl.col("run_index") == run_index))
-    return timeline_from_events(ev, last_ts=_last_ts(store, source_id, run_index))
+    return timeline_from_events(ev, last_ts=_last_ts(store, source_id, where))
 
 
-def _last_ts(store: Store, source_id: str, run_index: int):
-    runs = store.table("runs")
-    if runs.is_empty():
-        return None
-    r = runs.filter((pl.col("source_id") == source_id) & (pl.col("run_index") == run_index))
+def _last_ts(store: Store, source_id: str, where: pl.Expr):
+    r = store.source_rows("runs", source_id, where=where)
     return r["ended_at"][-1] if not r.is_empty() else None
 
 

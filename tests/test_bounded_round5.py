@@ -17,6 +17,7 @@ from forensics.store import Store, transaction
 from forensics.store.manifest import Manifest
 from forensics_parsers.sglang import metrics
 from scripts.gen_pathological import generate
+from tests.conftest import FIXTURES
 
 
 def test_wide_decode_lines_take_the_general_path_with_the_same_rows(tmp_path, monkeypatch):
@@ -93,3 +94,46 @@ def test_drop_rows_rewrites_the_parts_that_lose_rows_and_merges_small_ones(tmp_p
     assert len(parts()) == 1 and big not in parts()
     left = store.table("verdicts")["run_id"].to_list()
     assert sorted(left) == sorted(r["run_id"] for r in rows if r["run_id"] not in ("s:3", "s:25"))
+
+
+def test_runs_and_show_read_the_lines_and_errors_of_a_run_not_the_tables(tmp_path, monkeypatch):
+    """A log of millions of tiny warnings (1.7 M rows in `lines` at 60 MB): `runs` read the
+    lines table whole for the GPU name and the errors table whole for the first error, `show`
+    the lines, errors and decode tables whole for the last 8 lines (526 MB). Now each reads
+    what it shows through a reduce, part by part (Store.reduced / source_rows)."""
+    from forensics.report_text import show_data
+    from forensics.runs import find_run, runs_table
+
+    log = tmp_path / "warnings.log"
+    generate("tiny-warnings", log, mb=0.3)
+    moe = (
+        "[2025-10-24 16:20:05 TP0] Using MoE kernel config from /sgl/configs/E=384,N=256,"
+        "device_name=NVIDIA_H200,dtype=fp8_w8a8.json.\n"
+    )
+    log.write_text(moe + log.read_text())
+    store = Store.open(tmp_path / "st")
+    logs = [log, FIXTURES / "sglang_fail_capture.log", FIXTURES / "edge_interleaved_ranks.log"]
+    ingest(store, [str(p) for p in logs])
+    full = {t: store.table(t) for t in ("lines", "errors")}
+    whole = Store.table
+
+    def guarded(self, name):
+        assert name not in ("lines", "errors"), f"{name} read whole"
+        return whole(self, name)
+
+    monkeypatch.setattr(Store, "table", guarded)
+    runs = runs_table(store).sort("name")
+    shown = show_data(store, find_run(store, "warnings"))
+    failed = show_data(store, find_run(store, "sglang_fail_capture"))
+    monkeypatch.undo()
+    n = log.read_bytes().count(b"\n")
+    assert [r["line"] for r in shown["last_lines"]] == list(range(n - 7, n + 1))
+    assert (
+        runs["gpu_model"].drop_nulls().to_list() == ["H200"]
+        and runs["error"].drop_nulls().len() >= 1
+    )
+    errs = full["errors"].filter(
+        pl.col("source_id") == find_run(store, "fail_capture")["source_id"]
+    )
+    assert [e["line"] for e in failed["errors"]] == sorted(errs["line"].to_list())[:20]
+    assert len(full["lines"]) > n - 10  # the warnings are stored, one row each
