@@ -263,11 +263,34 @@ def emit_frame(
     """Print a frame as a rich table (people), JSON (array of objects) or CSV (scripts).
     ``keep``: the columns a narrow terminal should show longest."""
     if fmt == "json":
-        echo_json(frame_rows(df), rounded=True)
+        _echo_json_rows(df)
     elif fmt == "csv":
         click.echo(redact_url(df.write_csv()), nl=False)  # (no stdout: `>&-`: nothing)
     else:
-        print_table(df, title=title, keep=keep)
+        print_table(df.head(TABLE_ROWS_MAX), title=title, keep=keep)
+        if df.height > TABLE_ROWS_MAX:
+            click.echo(
+                f"... {df.height - TABLE_ROWS_MAX:,} more row(s) not shown (a table shows the "
+                f"first {TABLE_ROWS_MAX:,}; every row: --json or --csv)"
+            )
+
+
+# A terminal table holds this many rows at most (rich lays out every cell in memory: the
+# runs of a log of 56,000 launches took 1 GB and 50 s CPU); --json / --csv print every row.
+TABLE_ROWS_MAX = 1_000
+JSON_SLICE_ROWS = 2_000  # --json rows rendered (as Python objects) this many at a time
+
+
+def _echo_json_rows(df: pl.DataFrame) -> None:
+    """``df`` as one JSON array, rendered a slice of rows at a time: the same bytes as
+    json_text of every row at once, without every row as a dict in memory."""
+    if df.height <= JSON_SLICE_ROWS:
+        echo_json(frame_rows(df), rounded=True)
+        return
+    for i, part in enumerate(df.iter_slices(JSON_SLICE_ROWS)):
+        inner = json_text(frame_rows(part), rounded=True)[2:-2]  # within "[\n" ... "\n]"
+        click.echo(("[\n" if i == 0 else ",\n") + inner, nl=False)
+    click.echo("\n]")
 
 
 def fmt_cell(value: Any) -> str:

@@ -137,3 +137,26 @@ def test_runs_and_show_read_the_lines_and_errors_of_a_run_not_the_tables(tmp_pat
     )
     assert [e["line"] for e in failed["errors"]] == sorted(errs["line"].to_list())[:20]
     assert len(full["lines"]) > n - 10  # the warnings are stored, one row each
+
+
+def test_runs_of_many_launches_table_capped_json_in_slices(tmp_path, monkeypatch):
+    """`runs` of a log of 56,000 launches: rich laid out every row (1 GB, 50 s CPU) and
+    `--json` held every row as a dict (443 MB). The table shows TABLE_ROWS_MAX rows and says
+    how many it left out; --json renders slices, to the same bytes."""
+    from click.testing import CliRunner
+
+    from forensics import cli_common
+    from forensics.cli import cli
+
+    monkeypatch.setattr(cli_common, "TABLE_ROWS_MAX", 50)
+    store = ["--store", str(tmp_path / "st")]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    assert runner.invoke(cli, [*store, "ingest", str(_restarts(tmp_path, 120))]).exit_code == 0
+    table = runner.invoke(cli, [*store, "runs"])
+    assert table.exit_code == 0 and "71 more row(s) not shown" in table.output
+    assert table.output.count("restarts#") == 50
+    monkeypatch.setattr(cli_common, "JSON_SLICE_ROWS", 7)
+    sliced = runner.invoke(cli, [*store, "runs", "--json"]).output
+    monkeypatch.setattr(cli_common, "JSON_SLICE_ROWS", 10_000)
+    whole = runner.invoke(cli, [*store, "runs", "--json"]).output
+    assert sliced == whole and len(json.loads(sliced)) == 121
