@@ -11,6 +11,14 @@ import dataclasses
 import re
 from collections.abc import Callable
 
+from forensics.killargs import (
+    SIGNALS,
+    KillSpec,
+    kill_argv,
+    kill_targets,
+    parse_kill,
+    signal_number,
+)
 from forensics_parsers.shell import (
     WRAPPERS,
     Command,
@@ -21,110 +29,10 @@ from forensics_parsers.shell import (
     unwrap,
 )
 
-# Signals by name (pkill -KILL / -SIGKILL / --signal KILL); numbers are taken as they are.
-SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "TERM": 15}
-
-# Options that take a value, per program (procps' pkill/pgrep, psmisc's killall): the next
-# word, or glued to a short option (`-uroot`, `-U0`), or after `=` (`--uid=0`).
-_PROCPS_VALUES = (
-    "-g -G -P -s -t -u -U -F -r -q --signal --pgroup --group --parent --session --terminal "
-    "--euid --uid --pidfile --runstates --ns --nslist --queue"
-)
-KILL_OPTS_WITH_VALUE: dict[str, frozenset[str]] = {
-    "pkill": frozenset(_PROCPS_VALUES.split()),
-    "pgrep": frozenset((_PROCPS_VALUES + " -d --delimiter").split()),
-    "skill": frozenset("-t -u -p -c --tty --user --pid --command".split()),
-    "killall": frozenset(
-        "-s -u -o -y -n -Z --signal --user --older-than --younger-than --ns --context".split()
-    ),
-}
-
 # Patterns that match far more than one server (bad-inputs S15).
 BROAD_PATTERN = re.compile(
     r"^\^?(python[0-9.]*\*?|python|py|bash|sh|node|java|ray|torchrun|sglang|vllm|\.|\.\*)\$?$"
 )
-
-
-@dataclasses.dataclass
-class KillSpec:
-    """One pattern kill: ``pkill -9 -f python3`` -> program pkill, signal 9, full, python3."""
-
-    program: str  # pkill | pgrep | killall
-    pattern: str
-    full: bool  # -f: match the full command line (else the process name)
-    exact: bool  # -x
-    signal: int  # 15 unless given; 0 for pgrep (it kills nothing by itself)
-    kills: bool  # pkill/killall, or pgrep feeding kill
-
-
-def _signal(value: str) -> int:
-    v = value.upper().removeprefix("SIG")
-    if v.isdigit():
-        return int(v)
-    return SIGNALS.get(v, 15)
-
-
-def _kill_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str], str | None] | None:
-    """A ``pkill``/``pgrep``/``killall`` argv -> (program, {option: value} for the options
-    that take one, the flags, the pattern or None); None for any other program."""
-    prog = argv[0].rsplit("/", 1)[-1] if argv else ""
-    takes = KILL_OPTS_WITH_VALUE.get(prog)
-    if takes is None:
-        return None
-    values: dict[str, str] = {}
-    flags: list[str] = []
-    words = iter(argv[1:])
-    for a in words:
-        if a == "--":
-            return prog, values, flags, next(words, None)
-        if a in takes:
-            values[a] = next(words, "")
-        elif a.startswith("--") and "=" in a:
-            key, value = a.split("=", 1)
-            values[key] = value
-        elif a.startswith("-") and len(a) > 1 and not a.startswith("--") and not _is_signal(a):
-            for k, ch in enumerate(a[1:], 1):  # a cluster of short options: `-fu root`, `-uroot`
-                if "-" + ch in takes:
-                    values["-" + ch] = a[k + 1 :] or next(words, "")
-                    break
-                flags.append("-" + ch)
-        elif a.startswith("-") and len(a) > 1:
-            flags.append(a)
-        else:
-            return prog, values, flags, a
-    return prog, values, flags, None
-
-
-def _is_signal(option: str) -> bool:
-    """``-9``, ``-KILL``, ``-SIGKILL``: a signal given as an option of its own."""
-    body = option[1:].upper().removeprefix("SIG")
-    return body.isdigit() or body in SIGNALS
-
-
-def parse_kill(argv: list[str]) -> KillSpec | None:
-    """A ``pkill``/``pgrep``/``killall`` argv -> KillSpec (None for anything else)."""
-    parsed = _kill_argv(argv)
-    if parsed is None:
-        return None
-    prog, values, flags, pattern = parsed
-    full = exact = False
-    sig = 15
-    for a, v in values.items():
-        if a == "--signal" or (a == "-s" and prog == "killall"):
-            sig = _signal(v) if prog != "pgrep" else sig
-    for a in flags:
-        if a in ("-f", "--full"):
-            full = True
-        elif a in ("-x", "--exact"):
-            exact = True
-        elif _is_signal(a):
-            sig = _signal(a[1:])
-    if pattern is None:
-        return None
-    if prog == "killall":
-        full = False
-    kills = prog != "pgrep"
-    return KillSpec(prog, pattern, full, exact, sig if kills else 0, kills)
 
 
 _PGREP_SUB = re.compile(r"\$\(\s*((?:pgrep|pidof)\b[^)]*)\)|`\s*((?:pgrep|pidof)\b[^`]*)`")
@@ -178,7 +86,7 @@ def _own_kills(step: Step) -> list[KillSpec]:
                 if sub.steps and sub.steps[0].command:
                     s = _source_kill(sub.steps[0].command.argv)
                     if s:
-                        sig = next((_signal(a[1:]) for a in inner[1:] if a[:1] == "-"), 15)
+                        sig = next((signal_number(a[1:]) for a in inner[1:] if a[:1] == "-"), 15)
                         out.append(dataclasses.replace(s, kills=True, signal=sig))
     # "pgrep -f X | xargs kill", "ps aux | grep X | awk '{print $2}' | xargs kill -9"
     if any(_xargs_kill(c.argv) for c in step.commands[1:]):
@@ -211,34 +119,23 @@ def piped_argv(commands: list[Command], k: int) -> list[str]:
     xargs kill -9`` is ``kill -9 -1``), else the pipeline before it as a substitution
     (``docker ps -q | xargs docker kill`` is ``docker kill $(docker ps -q)``)."""
     inner, wrappers = commands[k].unwrapped()
-    if not k or not _reads_args(wrappers):
+    if not _reads_args(wrappers):
+        return inner
+    bodies = [r.body for r in commands[k].redirects if r.body is not None]
+    if bodies:  # xargs kill -9 <<< -1
+        return _with_args(inner, bodies[-1].split())
+    if not k:
         return inner
     if text := echoed(unwrap(commands[k - 1].argv)[0]):
-        return [*inner, *text.split()]
-    return [*inner, "$(" + " | ".join(c.text for c in commands[:k]) + ")"]
+        return _with_args(inner, text.split())
+    return _with_args(inner, ["$(" + " | ".join(c.text for c in commands[:k]) + ")"])
 
 
-def kill_targets(argv: list[str]) -> tuple[int, list[str]] | None:
-    """``kill [-SIG | -s SIG | -n SIG | --signal SIG] [--] PID...`` -> (signal, the pids as
-    written); None for any other command (or ``kill -l``)."""
-    if not argv or argv[0].rsplit("/", 1)[-1] != "kill":
-        return None
-    sig, args = None, argv[1:]
-    while args:
-        a = args[0]
-        if a == "--":
-            args = args[1:]
-            break
-        if a in ("-l", "-L", "--list", "--table"):
-            return None
-        if a in ("-s", "-n", "--signal") and len(args) > 1 and sig is None:
-            sig, args = _signal(args[1]), args[2:]
-            continue
-        if a.startswith("-") and len(a) > 1 and sig is None and not a[1:].startswith("-"):
-            sig, args = _signal(a[1:]), args[1:]
-            continue
-        break
-    return (15 if sig is None else sig), args
+def _with_args(argv: list[str], words: list[str]) -> list[str]:
+    """``argv`` with the words xargs reads: in place of ``{}`` (``-I{}``), else appended."""
+    if "{}" in argv:
+        return [x for a in argv for x in (words if a == "{}" else [a])]
+    return [*argv, *words]
 
 
 def _kills_pid(*pids: str) -> Callable[[list[str]], bool]:
@@ -254,7 +151,7 @@ def _selects_all_of(*options: str, values: tuple[str, ...] | None = None):
     pattern: everything that selector selects."""
 
     def match(argv: list[str]) -> bool:
-        parsed = _kill_argv(argv)
+        parsed = kill_argv(argv)
         if parsed is None or parsed[0] == "pgrep" or parsed[3] is not None:
             return False
         return any(o in parsed[1] and (values is None or parsed[1][o] in values) for o in options)
@@ -325,6 +222,7 @@ def _lists_every_process(pipeline: list[list[str]]) -> bool:
     roots = [a for a in first[1:] if not a.startswith("-")]
     lists = (
         (name == "ps" and not any(a.startswith(_PS_SELECTORS) for a in first[1:]))
+        or (name in ("pgrep", "pidof") and _inverse(first))
         or (name == "ls" and any(r.startswith("/proc") for r in roots))
         or (name == "find" and any(r == "/" or r.startswith("/proc") for r in roots[:1]))
     )
@@ -333,6 +231,49 @@ def _lists_every_process(pipeline: list[list[str]]) -> bool:
         for c in pipeline[1:]
     )
     return lists and not narrowed
+
+
+def _inverse(argv: list[str]) -> bool:
+    """``pkill -v PATTERN`` / ``pgrep --inverse``: every process but those it names."""
+    parsed = kill_argv(argv)
+    return parsed is not None and bool({"-v", "--inverse"} & set(parsed[2]))
+
+
+def _kills_own_group(argv: list[str]) -> bool:
+    """``kill -- -$(ps -o pgid= -p $$)`` (``$BASHPID``): the group of the shell running it."""
+    t = kill_targets(argv)
+    return t is not None and any(
+        w.startswith("-") and ("$$" in w or "BASHPID" in w) and "pgid" in w for w in t[1]
+    )
+
+
+# System daemons whose kill by name takes the host's services (or everyone's GPUs) with it:
+# their names and command lines, as pkill matches them (killall: the name exactly).
+SYSTEM_DAEMONS = (
+    ("sshd", "sshd: /usr/sbin/sshd -D [listener]"),
+    ("systemd", "/lib/systemd/systemd --system --deserialize 31"),
+    ("init", "/sbin/init splash"),
+    ("dockerd", "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"),
+    ("containerd", "/usr/bin/containerd"),
+    ("nvidia-persistenced", "/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
+    (
+        "nv-fabricmanager",
+        "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg",
+    ),
+    ("slurmd", "/usr/sbin/slurmd -D -s"),
+    ("kubelet", "/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml"),
+    ("cron", "/usr/sbin/cron -f"),
+)
+
+
+def _kills_daemon(argv: list[str]) -> bool:
+    spec = parse_kill(argv)
+    if spec is None or not spec.kills:
+        return False
+    if spec.program == "killall":
+        return any(spec.pattern == name for name, _ in SYSTEM_DAEMONS)
+    rx = pattern_regex(f"^(?:{spec.pattern})$" if spec.exact else spec.pattern)
+    return any(rx.search(line if spec.full else name) for name, line in SYSTEM_DAEMONS)
 
 
 def _kills_listing(argv: list[str]) -> bool:
@@ -386,6 +327,40 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
         _kills_listing,
         "every process a listing of all processes names (`ps`, `ls /proc`, `find /proc`): as "
         "root the whole host, sshd included",
+    ),
+    (
+        "pkill -v PATTERN",
+        _inverse,
+        "every process of the user except those the pattern names (as root: the whole host)",
+    ),
+    (
+        "kill -- -$(ps -o pgid= -p $$)",
+        _kills_own_group,
+        "the process group of the shell that runs the chain: the chain itself",
+    ),
+    (
+        "kill 1",
+        _kills_pid("1"),
+        "init (PID 1): a TERM or INT to systemd re-executes or reboots the host; in a container "
+        "PID 1 is the container itself",
+    ),
+    (
+        "pkill sshd (a system daemon)",
+        _kills_daemon,
+        "a system daemon (`SYSTEM_DAEMONS`: sshd, systemd, dockerd, nvidia-persistenced, "
+        "fabricmanager, slurmd…): every SSH session, container or GPU job it serves",
+    ),
+    (
+        "loginctl terminate-user / kill-user",
+        _with_word(
+            "loginctl",
+            "terminate-user",
+            "kill-user",
+            "terminate-session",
+            "kill-session",
+            "terminate-seat",
+        ),  # fmt: skip
+        "every process of that user's sessions (for root: the SSH session running the chain)",
     ),
     (
         "killall5",

@@ -31,7 +31,6 @@ from forensics_parsers.shell_runners import (  # what a command runs: re-exporte
     ECHOES,
     NESTING_LIMIT,
     SHELLS,
-    SSH_VALUE_OPTIONS,
     WRAPPERS,
     Wrapper,
     _is_assignment,
@@ -44,6 +43,7 @@ from forensics_parsers.shell_runners import (  # what a command runs: re-exporte
     stdin_scripts,
     unwrap,
 )
+from forensics_parsers.shell_scripts import SSH_VALUE_OPTIONS
 from forensics_parsers.shell_syntax import syntax_errors
 
 LIST_OPS = ("&&", "||", ";", "&", "\n")

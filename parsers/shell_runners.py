@@ -9,12 +9,24 @@ re-exports these names.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forensics_parsers.shell_lexer import substitutions
+from forensics_parsers.shell_scripts import (
+    PARALLEL_OPTIONS,
+    capsh_script,
+    find_exec_script,
+    inline_code,
+    joined,
+    option_cluster,
+    parallel_script,
+    screen_keys,
+    script_option,
+    ssh_command,
+    tmux_script,
+)
 from forensics_parsers.shell_syntax import BODY_KEYWORDS, PREFIXES
 
 if TYPE_CHECKING:
@@ -47,168 +59,7 @@ def _w(
     return Wrapper(positionals, frozenset(options.split()), assignments, script, execs, stdin_args)
 
 
-SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
-
-
-def _is_option_cluster(word: str, takes: frozenset[str]) -> bool:
-    """``-dmS`` (flags, the last taking the next word) as opposed to ``-n5`` (a glued value)."""
-    return (
-        len(word) > 2
-        and word[0] == "-"
-        and word[1] != "-"
-        and word[1:].isalpha()
-        and "-" + word[-1] in takes
-    )
-
-
-def _after_options(words: list[str], takes: frozenset[str]) -> list[str]:
-    """The words after the leading options (and a ``--``), skipping the values of ``takes``."""
-    k = 0
-    while k < len(words) and words[k].startswith("-") and words[k] != "--":
-        k += 2 if words[k] in takes or _is_option_cluster(words[k], takes) else 1
-    return words[k + 1 :] if k < len(words) and words[k] == "--" else words[k:]
-
-
-def _option_value(words: list[str], option: str) -> str | None:
-    """The value of ``option`` in one word or two: ``-c X``, ``-cX``, ``--command=X``."""
-    if not words or not words[0].startswith(option):
-        return None
-    if words[0] == option:
-        return words[1] if len(words) > 1 else None
-    rest = words[0][len(option) :]
-    if option.startswith("--"):
-        return rest[1:] if rest.startswith("=") else None
-    return rest
-
-
-def _script_option(*options: str) -> Callable[[list[str]], str | None]:
-    """A runner given its script by an option (``su -c TEXT``, ``flock F -c TEXT``, ``env -S
-    TEXT``): the option's value, looked for among the options and at most one other word
-    (the user, the lock file) before the command."""
-
-    def script(words: list[str]) -> str | None:
-        others = 0
-        for k, w in enumerate(words):
-            if w == "--":
-                return None
-            for option in options:
-                if (value := _option_value(words[k:], option)) is not None:
-                    return value
-            if not w.startswith("-"):
-                others += 1
-                if others > 1:
-                    return None
-        return None
-
-    return script
-
-
-def _joined(options: str = "") -> Callable[[list[str]], str | None]:
-    """A runner that hands its words after its options to a shell, joined by spaces (``eval``,
-    ``watch``): ``watch -n1 'kill -9 -1'`` runs ``sh -c 'kill -9 -1'``."""
-    takes = frozenset(options.split())
-    return lambda words: " ".join(_after_options(words, takes)) or None
-
-
-# ssh's options that take a value (the next word or glued): the host comes after them.
-SSH_VALUE_OPTIONS = frozenset(
-    "-b -B -c -D -E -e -F -I -i -J -L -l -m -O -o -p -P -Q -R -S -W -w".split()
-)
-
-
-def _ssh_command(args: list[str]) -> str | None:
-    """``ssh [options] HOST COMMAND...``: the command the remote login shell runs (joined as
-    ssh joins it), None when there is none (an interactive login)."""
-    rest = _after_options(args, SSH_VALUE_OPTIONS)[1:]
-    return " ".join(rest) if rest else None
-
-
-_PARALLEL_OPTIONS = frozenset(
-    "-j -P -S -a -n -N -I -C -E -d -L -s --jobs --sshlogin --arg-file --max-args --colsep "
-    "--delay --timeout --joblog --results --tagstring --tmpdir --eof --workdir --wd --env "
-    "--delimiter --halt --memfree --load --retries --sshloginfile --max-lines --max-chars".split()
-)
-_PARALLEL_SOURCES = (":::", ":::+", "::::", "::::+")
-
-
-def _parallel(words: list[str]) -> str | None:
-    """``parallel [CMD] ::: ARGS``: one command per argument, the argument in place of ``{}``
-    (else appended); with no CMD each argument is a command. GNU parallel runs them through
-    a shell. Without ``:::`` it reads its arguments from stdin, as xargs does (no script)."""
-    rest = _after_options(words, _PARALLEL_OPTIONS)
-    cut = next((k for k, w in enumerate(rest) if w in _PARALLEL_SOURCES), None)
-    if cut is None:
-        return None
-    cmd, values = rest[:cut], [w for w in rest[cut + 1 :] if w not in _PARALLEL_SOURCES]
-    if not cmd:
-        return "\n".join(values)
-    text = " ".join(cmd)
-    return "\n".join(text.replace("{}", v) if "{}" in text else f"{text} {v}" for v in values)
-
-
-_FIND_ACTIONS = ("-exec", "-execdir", "-ok", "-okdir")
-
-
-def _find_exec(words: list[str]) -> str | None:
-    """``find PATHS TESTS -exec CMD {} ;`` (-execdir, -ok): CMD with ``{}`` standing for what
-    find lists, written ``$(find PATHS TESTS)`` (``kill -9 {}`` over ``/proc`` is a kill of
-    every process)."""
-    starts = [k for k, w in enumerate(words) if w in _FIND_ACTIONS]
-    if not starts:
-        return None
-    listing = "$(find " + " ".join(shlex.quote(w) for w in words[: starts[0]]) + ")"
-    out = []
-    for k in starts:
-        end = next((j for j in range(k + 1, len(words)) if words[j] in (";", "+")), len(words))
-        out.append(" ".join(_quoted_with(w, "{}", listing) for w in words[k + 1 : end]))
-    return "\n".join(out) or None
-
-
-def _quoted_with(word: str, placeholder: str, value: str) -> str:
-    """A word quoted for the shell, with ``placeholder`` replaced by ``value`` as typed."""
-    if word == placeholder:
-        return value
-    return shlex.quote(word.replace(placeholder, value)) if word else "''"
-
-
-# tmux: the commands that start a shell command, and those that type keys into a pane.
-_TMUX_RUNS = frozenset(
-    "new-session new new-window neww split-window splitw run-shell run respawn-pane respawnp "
-    "respawn-window respawnw display-popup popup".split()
-)
-_TMUX_KEYS = frozenset({"send-keys", "send"})
-_TMUX_VALUES = frozenset("-t -s -n -c -x -y -e -F -f -L -S -N -T -p".split())
-# keys that end a typed line (tmux send-keys NAME, screen's ^M, a \\n in the text)
-_ENTER_KEYS = {"Enter": "\n", "C-m": "\n", "KPEnter": "\n", "^M": "\n", "\\n": "\n", "\\r": "\n"}
-
-
-def _typed(text: str) -> str:
-    for key, value in _ENTER_KEYS.items():
-        text = text.replace(key, value)
-    return text
-
-
-def _tmux(words: list[str]) -> str | None:
-    """``tmux new-session 'CMD'`` (new-window, split-window, run-shell…): the shell command;
-    ``tmux send-keys -t P 'TEXT' Enter``: the keys typed into the pane's shell."""
-    rest = _after_options(words, frozenset({"-L", "-S", "-f", "-c"}))
-    if words[:1] == ["-c"] and len(words) > 1:  # tmux -c CMD: the shell command
-        return words[1]
-    if not rest or rest[0] not in _TMUX_RUNS | _TMUX_KEYS:
-        return None
-    args = _after_options(rest[1:], _TMUX_VALUES)
-    if rest[0] in _TMUX_KEYS:
-        return "".join(_typed(a) if a in _ENTER_KEYS else _typed(a) for a in args) or None
-    return " ".join(args) or None
-
-
-def _screen(words: list[str]) -> str | None:
-    """``screen -X stuff 'TEXT'`` (``-S NAME -p 0 -X stuff``): the text typed into its shell;
-    ``screen -dmS NAME CMD…`` runs CMD (an exec row)."""
-    for k, w in enumerate(words[:-2]):
-        if w == "-X" and words[k + 1] == "stuff":
-            return _typed(words[k + 2])
-    return None
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash", "posh", "fish", "csh", "tcsh")
 
 
 # Commands that run another command: how to find it (the rest of the argv after their options,
@@ -223,29 +74,41 @@ WRAPPERS: dict[str, Wrapper] = {
     "nice": _w(0, "-n --adjustment"),
     "ionice": _w(0, "-c -n -p -P -u --class --classdata"),
     "stdbuf": _w(0, "-i -o -e --input --output --error"),
-    "env": _w(0, "-u -C --unset --chdir", True, _script_option("-S", "--split-string")),
+    "env": _w(0, "-u -C --unset --chdir", True, script_option("-S", "--split-string")),
     "timeout": _w(1, "-k -s --signal --kill-after"),  # the duration, then the command
     "sudo": _w(0, "-u -g -h -p -C -D -r -t -U -T --user --group --host --prompt --chdir", True),
     "doas": _w(0, "-u -C"),
-    "runuser": _w(0, "-u -g -G --user --group", script=_script_option("-c", "--command")),
-    "su": _w(script=_script_option("-c", "--command", "--session-command"), execs=False),
+    "runuser": _w(0, "-u -g -G --user --group", script=script_option("-c", "--command")),
+    "su": _w(script=script_option("-c", "--command", "--session-command"), execs=False),
     "numactl": _w(0, "-N -m -C -p -i --cpunodebind --membind --physcpubind --preferred"),
     "taskset": _w(1),  # the mask (or cpu list), then the command
     "chrt": _w(1),  # the priority, then the command
-    "flock": _w(1, "-w -E --timeout --conflict-exit-code", script=_script_option("-c")),
+    "flock": _w(1, "-w -E --timeout --conflict-exit-code", script=script_option("-c")),
     "xargs": _w(
         0, "-I -L -n -P -s -d -a -E --max-args --max-procs --delimiter --arg-file", stdin_args=True
     ),
-    "parallel": _w(0, " ".join(_PARALLEL_OPTIONS), script=_parallel, stdin_args=True),
+    "parallel": _w(0, " ".join(PARALLEL_OPTIONS), script=parallel_script, stdin_args=True),
     "busybox": _w(),  # busybox kill -9 -1: the applet is the command
     "sshpass": _w(0, "-p -f -d -P"),  # sshpass -p PASSWORD ssh HOST …
-    "watch": _w(script=_joined("-n -d -q --interval --differences --equexit"), execs=False),
-    "eval": _w(script=_joined(), execs=False),  # eval "pkill -f x" runs its joined words
-    "ssh": _w(script=_ssh_command, execs=False),  # ssh HOST 'pkill -f x': the remote shell
-    "find": _w(script=_find_exec, execs=False),
-    "script": _w(script=_script_option("-c", "--command"), execs=False),
-    "tmux": _w(script=_tmux, execs=False),
-    "screen": _w(0, "-S -c -t -T -e -h -p -X -L -Logfile", script=_screen),
+    "python": _w(script=inline_code("python"), execs=False),  # python3, python3.11 too
+    "perl": _w(script=inline_code("perl"), execs=False),
+    "ruby": _w(script=inline_code("ruby"), execs=False),
+    "node": _w(script=inline_code("node"), execs=False),
+    "pkexec": _w(0, "--user"),
+    "setpriv": _w(0, "--reuid --regid --ruid --rgid --euid --egid --groups --inh-caps"),
+    "capsh": _w(script=capsh_script, execs=False),  # capsh … -- -c CMD: bash runs CMD
+    "sg": _w(1, script=script_option("-c")),  # sg GROUP -c CMD / sg GROUP CMD
+    "pdsh": _w(script=joined("-w -x -l -R -f -t -u -g -X"), execs=False),  # on each host
+    "clush": _w(script=joined("-w -x -g -X -l -f -t -u -R -o"), execs=False),
+    "mpirun": _w(0, "-np -n -N -H -c --host --hostfile -hostfile --map-by -x --mca"),
+    "mpiexec": _w(0, "-np -n -N -H -c --host --hostfile -hostfile --map-by -x --mca"),
+    "watch": _w(script=joined("-n -d -q --interval --differences --equexit"), execs=False),
+    "eval": _w(script=joined(), execs=False),  # eval "pkill -f x" runs its joined words
+    "ssh": _w(script=ssh_command, execs=False),  # ssh HOST 'pkill -f x': the remote shell
+    "find": _w(script=find_exec_script, execs=False),
+    "script": _w(script=script_option("-c", "--command"), execs=False),
+    "tmux": _w(script=tmux_script, execs=False),
+    "screen": _w(0, "-S -c -t -T -e -h -p -X -L -Logfile", script=screen_keys),
     "chroot": _w(1, "--userspec --groups"),  # the new root, then the command
     "unshare": _w(0, "-S -G -R -w --setuid --setgid --root --wd --map-user --map-group"),
     "nsenter": _w(0, "-t -S -G --target --setuid --setgid"),
@@ -291,6 +154,15 @@ def _command_start(a: list[str]) -> list[str] | None:
     return None
 
 
+_VERSIONED = re.compile(r"(?<=[a-z])[0-9][0-9.]*$")  # python3.11, perl5.36
+
+
+def wrapper_row(word: str) -> Wrapper | None:
+    """The WRAPPERS row of a command name (its path and a version suffix dropped)."""
+    name = word.rsplit("/", 1)[-1]
+    return WRAPPERS.get(name) or WRAPPERS.get(_VERSIONED.sub("", name))
+
+
 def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
     """Peel WRAPPERS and what may stand before a command off an argv: (the command they run,
     the wrappers' names, the shell text the last of them runs when it runs one: then the
@@ -298,7 +170,7 @@ def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
     wrappers: list[str] = []
     a = list(argv)
     while a:
-        w = WRAPPERS.get(a[0].rsplit("/", 1)[-1])
+        w = wrapper_row(a[0])
         if w is None:
             rest = _command_start(a)
             if rest is None:
@@ -309,11 +181,11 @@ def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
             return a, wrappers, script
         if not w.execs:
             break
-        wrappers.append(a[0].rsplit("/", 1)[-1])
+        wrappers.append(_VERSIONED.sub("", a[0].rsplit("/", 1)[-1]))
         a = a[1:]
         while a and a[0].startswith("-") and a[0] != "--":
             opt = a.pop(0)
-            if (opt in w.value_options or _is_option_cluster(opt, w.value_options)) and a:
+            if (opt in w.value_options or option_cluster(opt, w.value_options)) and a:
                 a.pop(0)
         if a and a[0] == "--":
             a = a[1:]
@@ -359,6 +231,7 @@ NESTING_LIMIT = 8  # bash -c "bash -c '...'" deeper than this is left unread
 # (`echo 'kill -9 -1' | sh`, `printf 'pkill …' | bash`), or what `$(echo …)` stands for.
 def _printf(args: list[str]) -> str:
     """``printf FORMAT ARGS``'s text, for the ``%s`` and ``\\n`` it is mostly given."""
+    args = args[1:] if args[:1] == ["--"] else args
     if not args:
         return ""
     fmt = args[0].replace("\\n", "\n").replace("\\t", "\t")
@@ -404,8 +277,9 @@ def _script_input(argv: list[str]) -> str | None:
         return None if "-f" in inner else STDIN
     if name not in SCRIPT_FILE_READERS or shell_script(argv) is not None:
         return None
+    options = [a for a in inner[1:] if a.startswith("-") and not a.startswith("--")]
     files = [a for a in inner[1:] if not a.startswith("-") or a == "-"]
-    if not files or files[0] in STDIN_FILES:
+    if not files or files[0] in STDIN_FILES or any("s" in o[1:] for o in options):
         return STDIN
     m = _PROC_SUB.match(files[0])
     return m.group(1) if m else None

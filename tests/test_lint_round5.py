@@ -394,3 +394,70 @@ def test_many_here_documents_are_read_once_each():
     chain = parse_chain("".join(f"cat <<E{i}\nline {i}\nE{i}\n" for i in range(4000)))
     assert len(chain.steps) == 4000
     assert chain.steps[3999].commands[0].redirects[0].body == "line 3999\n"
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        # more runners (WRAPPERS rows) and shells
+        "pkexec kill -9 -1",
+        "setpriv --reuid=0 kill -9 -1",
+        "capsh -- -c 'kill -9 -1'",
+        "sg wheel -c 'kill -9 -1'",
+        "pdsh -w host kill -9 -1",
+        "clush -w host 'kill -9 -1'",
+        "mpirun -np 2 kill -9 -1",
+        "fish -c 'kill -9 -1'",
+        "bash -s -- arg <<< 'kill -9 -1'",
+        # what xargs reads from its own stdin
+        "xargs kill -9 <<< -1",
+        "xargs -I{} kill -9 {} <<< -1",
+        "printf -- '-1' | xargs kill -9",
+        # inverse selections, the chain's own group, init, sessions, system daemons
+        "pkill -9 -v sglang",
+        "pgrep -v x | xargs kill",
+        "kill -- -$(ps -o pgid= -p $$ | tr -d ' ')",
+        "kill -9 1",
+        "kill -INT 1",
+        "loginctl terminate-user root",
+        "loginctl kill-user root",
+        "pkill sshd",
+        "killall -9 sshd",
+        "killall dockerd",
+        "pkill nvidia-persistenced",
+        "pkill -f /usr/sbin",
+        # interpreters' inline code (shell_scripts.INLINE_CODE)
+        "python3 -c 'import os; os.kill(-1, 9)'",
+        "python3.11 -c 'import os; os.kill(-1, 9)'",
+        "python -c 'import os,signal; os.killpg(0, signal.SIGKILL)'",
+        "python3 -c \"import os; os.system('kill -9 -1')\"",
+        'python3 -c \'import subprocess; subprocess.run(["killall5", "-9"])\'',
+        "perl -e 'kill 9, -1'",
+        "perl -e 'kill KILL => -1'",
+        "perl -e 'system(\"killall5 -9\")'",
+        "ruby -e 'Process.kill(:KILL, -1)'",
+        "node -e 'process.kill(-1, \"SIGKILL\")'",
+    ],
+)
+def test_more_runners_selections_and_inline_code(step):
+    assert "mass-kill" in _errors(step), step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "python3 -c 'print(1)'",
+        "python3 -c 'import os; os.kill(12345, 0)'",
+        "python3 -c 'import subprocess; subprocess.run([\"nvidia-smi\"])'",
+        "perl -e 'print 1'",
+        "node -e 'console.log(1)'",
+        "python3 bench.py -c 4",
+        "pkill -f sglang.launch_server_old",
+        "killall ssh",  # ssh clients by name, not sshd
+        "kill -1 $PID",  # -1 is the signal (HUP) there
+        "xargs -a pids.txt kill",
+        "docker kill -s HUP mycontainer",
+    ],
+)
+def test_more_near_misses(step):
+    assert not _errors(step) & {"mass-kill", "broad-kill"}, step
