@@ -14,6 +14,7 @@ import time
 import click
 
 from forensics import __version__
+from forensics.cli_common import echo
 from forensics.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ForensicsError
 from forensics.urls import redact_url
 
@@ -47,7 +48,24 @@ class ReaderGone(Exception):  # noqa: N818 - not an error: the reader of stdout 
     """The reader of stdout went away (``| head -c 10``): the command ends quietly, exit 0."""
 
 
+class _Context(click.Context):
+    """--help fitted to the terminal as all prose is (forensics.terminal.prose_width): click's
+    own width has a floor of 50 columns. Subcommands' contexts inherit the width."""
+
+    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - click's signature
+        super().__init__(*args, **kwargs)
+        if self.terminal_width is None:
+            from forensics.terminal import PROSE_MIN, prose_width
+
+            width = prose_width(sys.stdout)
+            if width is not None:
+                most = self.max_content_width or 80
+                self.terminal_width = max(PROSE_MIN, min(width, most) - 2)
+
+
 class OrderedGroup(click.Group):
+    context_class = _Context
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
 
@@ -68,7 +86,7 @@ def _store_warnings(ctx: click.Context) -> None:
     """What the store set aside while serving the command (a quarantined part, C03)."""
     store = (ctx.obj or {}).get("store")
     for w in getattr(store, "warnings", None) or []:
-        click.echo(f"Warning: {w}", err=True)
+        echo(f"Warning: {w}", err=True)
 
 
 @click.group(cls=OrderedGroup, context_settings=CONTEXT_SETTINGS)
@@ -129,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        exc.show(file=_VisibleStream(sys.stderr))
         sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
     except (BrokenPipeError, ReaderGone):
         sys.exit(0)
@@ -140,6 +158,22 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         _close_hosts()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _VisibleStream:
+    """A stream for click's own messages (a usage error quotes the argument as typed: ``No
+    such command '\\x1b[2J'``): what is written goes through forensics.terminal.visible."""
+
+    def __init__(self, stream):  # noqa: ANN001
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from forensics.terminal import visible
+
+        return self._stream.write(visible(text, lines=True))
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - flush, encoding, isatty, ... as the stream's
+        return getattr(self._stream, name)
 
 
 def debug_from_env() -> bool:
@@ -174,11 +208,14 @@ def _unexpected(exc: BaseException) -> None:
 
 
 def shown(message: str) -> str:
-    """An error line as printed: URL passwords hidden (forensics.urls), and every other
-    secret through the parser's one redaction (a message may quote a chain's `--api-key X`)."""
+    """An error line as printed: URL passwords hidden (forensics.urls), every other secret
+    through the parser's one redaction (a message may quote a chain's `--api-key X`), and what
+    a terminal would obey made visible (a file name holding ``\\r`` or U+202E, a line break:
+    the error stays one line, forensics.terminal.visible)."""
+    from forensics.terminal import visible
     from forensics_parsers.secrets import redact
 
-    return redact_url(redact(message))
+    return visible(redact_url(redact(message)))
 
 
 def _say_interrupted() -> None:

@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from forensics.cli_common import PORT, OptionRule, echo_json, fmt_cell, get_store, option_rules
+from forensics.cli_common import (
+    PORT,
+    OptionRule,
+    echo,
+    echo_json,
+    fmt_cell,
+    get_store,
+    option_rules,
+)
 from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, ForensicsError, PartialFailure
 from forensics.urls import redact_url
 
@@ -160,12 +168,12 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     else:
         _render(bench, rep, baseline, stored=store is not None)
         if nothing_measured:
-            click.echo("not stored: no request completed", err=True)
+            echo("not stored: no request completed", err=True)
         for w in rep.warnings:
-            click.echo(f"Warning: {w}", err=True)
+            echo(f"Warning: {w}", err=True)
         warning = _health_warning(bench, rep)
         if warning:
-            click.echo(warning, err=True)
+            echo(warning, err=True)
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
 
 
@@ -208,7 +216,7 @@ def _store_result(
     try:
         bench.accept_len_from_log(store, rep)
     except ForensicsError as exc:  # the log may be on a host that is gone: keep the rest
-        click.echo(f"Warning: accept length from the run's log: {exc}", err=True)
+        echo(f"Warning: accept length from the run's log: {exc}", err=True)
     bench.save_bench(store, rep)
     return bench.get_baseline(store, rep.run_id)
 
@@ -359,7 +367,7 @@ def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: boo
             if stored
             else "not stored (--no-store, or no request completed)"
         )
-        click.echo(
+        echo(
             f"Interrupted: {rep.summary['completed']} requests measured; partial results {saved}.",
             err=True,
         )
@@ -425,19 +433,19 @@ def baseline_cmd(
             echo_json(values)
             return
         if not values:
-            click.echo("No baseline set (forensics baseline RUN, or --tok-s X).")
+            echo("No baseline set (forensics baseline RUN, or --tok-s X).")
         for v in values:
             who = f"run {v['name']}" if v.get("name") else "a fixed figure"
             exp = f" for {v['experiment']}" if v.get("experiment") else ""
-            click.echo(f"Baseline: {v['tok_s']:.1f} tok/s ({who}){exp}.")
+            echo(f"Baseline: {v['tok_s']:.1f} tok/s ({who}){exp}.")
         return
     else:
         value = baseline.set_baseline(store, run=run, tok_s=tok_s, experiment=experiment)
     if as_json:
         echo_json(value)
     elif value is None:
-        click.echo("No baseline set (forensics baseline RUN, or --tok-s X).")
+        echo("No baseline set (forensics baseline RUN, or --tok-s X).")
     else:
         who = f"run {value['name']}" if value.get("name") else "a fixed figure"
         exp = f" for {value['experiment']}" if value.get("experiment") else ""
-        click.echo(f"Baseline: {value['tok_s']:.1f} tok/s ({who}){exp}.")
+        echo(f"Baseline: {value['tok_s']:.1f} tok/s ({who}){exp}.")

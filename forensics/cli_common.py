@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from forensics.terminal import visible
 from forensics.urls import redact_url
 
 if TYPE_CHECKING:
@@ -226,19 +227,38 @@ def _json_escape(m: re.Match[str]) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
+def echo(message: Any = "", *, err: bool = False, nl: bool = True, wrap: bool = True) -> None:
+    """The one writer of text for people (every command's prose, summaries, warnings): data
+    in it made visible (forensics.terminal.visible: ``\\r``, ``\\x1b``, ``\\u202e``), and
+    each line longer than the terminal wrapped at spaces when the width is known
+    (forensics.terminal.prose_width; ``wrap=False``: lines that are data, kept whole).
+    ``--json`` and ``--csv`` go through echo_json / emit_frame instead: exact values."""
+    from forensics.terminal import prose_width, visible, wrapped
+
+    text = visible(str(message), lines=True)
+    width = prose_width(sys.stderr if err else sys.stdout) if wrap else None
+    click.echo(wrapped(text, width) if width else text, err=err, nl=nl)
+
+
 def echo_json(data: Any, *, rounded: bool = False) -> None:
     """``rounded``: the floats already went through json_float (frame_rows)."""
     click.echo(json_text(data, rounded=rounded))
 
 
-def echo_wrote(path: Any, summary: dict[str, Any] | None = None) -> None:
+def echo_wrote(path: Any, summary: dict[str, Any] | None = None, *, what: str = "output") -> None:
     """The status of a command that wrote ``path`` (-o): the path, or ``summary`` as JSON.
     When the output went to stdout (``-o -``, ``-o /dev/stdout``) it goes to stderr, never
-    after the output's own bytes (forensics.output.status_to_stderr)."""
+    after the output's own bytes (forensics.output.status_to_stderr), and says so ("report
+    written to standard output"), not the path ``-``."""
     from forensics.output import status_to_stderr
 
-    text = json_text(summary) if summary is not None else str(path)
-    click.echo(text, err=status_to_stderr(path))
+    to_stderr = status_to_stderr(path)
+    if summary is not None:
+        click.echo(json_text(summary), err=to_stderr)
+    elif to_stderr:
+        echo(f"{what} written to standard output", err=True)
+    else:
+        echo(str(path), wrap=False)
 
 
 def frame_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -265,7 +285,8 @@ def emit_frame(
     if fmt == "json":
         _echo_json_rows(df)
     elif fmt == "csv":
-        click.echo(redact_url(df.write_csv()), nl=False)  # (no stdout: `>&-`: nothing)
+        # exact values: color=True, or click strips an ESC sequence out of a name when piped
+        click.echo(redact_url(df.write_csv()), nl=False, color=True)  # (`>&-`: nothing)
     else:
         print_table(df.head(TABLE_ROWS_MAX), title=title, keep=keep)
         if df.height > TABLE_ROWS_MAX:
@@ -302,7 +323,7 @@ def fmt_cell(value: Any) -> str:
         return f"{value:.2f}"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return redact_url(str(value))
+    return visible(redact_url(str(value)))
 
 
 def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, ...] = ()) -> None:
@@ -317,7 +338,9 @@ def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, 
     width = terminal_width()
     cells = [[fmt_cell(v) for v in row] for row in df.iter_rows()]
     plan = layout(df.columns, cells, width, keep)
-    table = Table(title=Text(title) if title else None, show_lines=False, header_style="bold")
+    table = Table(
+        title=Text(visible(title)) if title else None, show_lines=False, header_style="bold"
+    )
     for k in plan.shown:
         numeric = df[df.columns[k]].dtype.is_numeric()
         table.add_column(
@@ -385,14 +408,14 @@ def print_launch_result(res: dict, fmt: str) -> None:
     if fmt == "json":
         echo_json(res)
         return
-    click.echo(f"{res['name']} on {res['host']}: {res['status']}")
+    echo(f"{res['name']} on {res['host']}: {res['status']}")
     if res.get("cause"):
-        click.echo(f"cause: {res['cause']} (phase {res.get('phase')}, step {res.get('step')})")
+        echo(f"cause: {res['cause']} (phase {res.get('phase')}, step {res.get('step')})")
     if res.get("explanation"):
-        click.echo(res["explanation"])
+        echo(res["explanation"])
     journal = [e for e in res.get("evidence") or [] if isinstance(e, dict)]
     if journal:
-        click.echo("journal (evidence):")
+        echo("journal (evidence):")
         for e in journal[:30]:
             who = f"step {e['step']}" if e.get("step") is not None else "wrapper"
             bits = []
@@ -407,12 +430,12 @@ def print_launch_result(res: dict, fmt: str) -> None:
             if e.get("waiting_on"):
                 bits.append(f"waiting on {e['waiting_on']}")
             seq = e.get("seq", "")
-            click.echo(f"  #{seq} {e.get('event') or '':<8} {who}: {', '.join(bits)}")
+            echo(f"  #{seq} {e.get('event') or '':<8} {who}: {', '.join(bits)}")
     for step in res.get("next_steps") or []:
-        click.echo(f"  try: {step}")
-    click.echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
+        echo(f"  try: {step}")
+    echo(f"log: {res.get('log_path')}  journal: {res.get('journal_path')}")
     if res.get("pgid") and res["status"] == "ready":
-        click.echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")
+        echo(f"process group {res['pgid']}; stop it with: forensics stop {res['name']}")
 
 
 GROUP_BY_HELP = (

@@ -8,6 +8,7 @@ from forensics.cli_common import (
     POSITIVE,
     Number,
     OptionRule,
+    echo,
     echo_json,
     emit_frame,
     format_option,
@@ -92,7 +93,7 @@ def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) ->
     from forensics.errors import InputNotFound, UsageError
 
     def warn(message: str) -> None:
-        click.echo(f"Warning: {message}", err=True)
+        echo(f"Warning: {message}", err=True)
 
     if "-" in paths and len(paths) > 1:
         raise click.UsageError("`-` (a paste on standard input) goes alone: classify - < x.log")
@@ -116,17 +117,17 @@ def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) ->
     else:
         for v in out:
             hung = " (hung)" if v["hung"] else ""
-            click.echo(
+            echo(
                 f"{v['path']}#{v['run_index'] + 1}: {v['phase'] or NO_PHASE}{hung}  "  # 1-based
                 f"{v['signature'] or '—'}  ({v['confidence']:.2f})"
             )
-            click.echo(f"  {v['explanation']}")
+            echo(f"  {v['explanation']}")
             for e in v["evidence"][:4]:
-                click.echo(f"    {v['path']}:{e['line']}: {e['text'][:160]}")
+                echo(f"    {v['path']}:{e['line']}: {e['text'][:160]}")
             for s in v["next_steps"][:3]:
-                click.echo(f"  - {s}")
+                echo(f"  - {s}")
     for m in missing:
-        click.echo(f"Error: {m}", err=True)
+        echo(f"Error: {m}", err=True)
     if missing:
         ctx.exit(4)
 
@@ -140,11 +141,11 @@ def _classify_stdin(model, warn):
     if sys.stdin is None:  # started with its standard input closed (`<&-`)
         raise UsageError("<stdin>: standard input is closed", hint="classify - < x.log")
     if sys.stdin.isatty():
-        click.echo("paste the log, then Ctrl-D on a line of its own", err=True)
+        echo("paste the log, then Ctrl-D on a line of its own", err=True)
     data, cut = classifier.read_paste(sys.stdin.buffer)
     if cut:
         size = f"{classifier.PASTE_MAX / 2**20:g} MiB"
-        click.echo(
+        echo(
             f"Warning: <stdin>: more than {size}; classified its first {size} "
             "(give the log's path to classify all of it)",
             err=True,
@@ -171,7 +172,7 @@ def classify_train(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(info)
     else:
-        click.echo(
+        echo(
             f"trained on {info['n_examples']} examples "
             f"({info['n_user_labels']} of them your labels); saved to {info['path']}"
         )
@@ -211,13 +212,13 @@ def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
             echo_json(rr)
         else:
             for line in real_eval.render(rr):
-                click.echo(line)
+                echo(line)
         return
     r = classifier.evaluate(folds=folds)
     if as_json:
         echo_json(r)
         return
-    click.echo(
+    echo(
         f"{r['examples']} examples: train {r['train']}, held-out {r['test']}, "
         f"hand-written {r['hand_examples']}"
     )
@@ -229,17 +230,15 @@ def classify_eval(as_json: bool, folds: int, real_dir: str | None) -> None:
         s = r.get(key)
         if not s:
             continue
-        click.echo(f"\n{title}: n={s['n']} accuracy={s['accuracy']} macro-F1={s['macro_f1']}")
-        click.echo(f"  {'phase':<9} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
+        echo(f"\n{title}: n={s['n']} accuracy={s['accuracy']} macro-F1={s['macro_f1']}")
+        echo(f"  {'phase':<9} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
         for ph, m in s["per_phase"].items():
-            click.echo(
-                f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}"
-            )
+            echo(f"  {ph:<9} {m['precision']:>6} {m['recall']:>6} {m['f1']:>6} {m['support']:>4}")
         cols = list(classifier.PHASES)
-        click.echo("  confusion (rows: label, columns: predicted)")
-        click.echo("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols))
+        echo("  confusion (rows: label, columns: predicted)")
+        echo("  " + " " * 9 + "".join(f"{c[:8]:>9}" for c in cols))
         for t, row in s["confusion"].items():
-            click.echo(f"  {t:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols))
+            echo(f"  {t:<9}" + "".join(f"{row.get(c, 0):>9}" for c in cols))
 
 
 @click.command("diagnose")
@@ -333,8 +332,8 @@ def diagnose_cmd(
         return
     for i, rep in enumerate(reports):
         if i:
-            click.echo("")
-        click.echo(dg.render_text(rep))
+            echo("")
+        echo(dg.render_text(rep))
 
 
 @click.command("signatures")
@@ -351,7 +350,7 @@ def signatures_cmd(ctx: click.Context, fmt: str) -> None:
 
     df = signature_counts(get_store(ctx))
     if fmt == "table" and df.is_empty():
-        click.echo("No failure signatures in the store.")
+        echo("No failure signatures in the store.")
         return
     emit_frame(df, fmt, title="failure signatures")
 
@@ -372,7 +371,7 @@ def label_cmd(ctx: click.Context, run: str, phase: str, as_json: bool) -> None:
         echo_json(rows)
     else:
         for r in rows:
-            click.echo(f"{r['name']}: labeled {phase} (retrain: forensics classify train)")
+            echo(f"{r['name']}: labeled {phase} (retrain: forensics classify train)")
 
 
 def register(cli: click.Group) -> None:

@@ -12,6 +12,7 @@ from forensics.cli_common import (
     Number,
     OptionRule,
     chosen_format,
+    echo,
     echo_json,
     emit_frame,
     format_option,
@@ -119,24 +120,24 @@ def ingest_cmd(
         echo_json(data)
     else:
         for w in summary.warnings:
-            click.echo(f"Warning: {w}", err=True)
+            echo(f"Warning: {w}", err=True)
         st = data["files_by_status"]
         parts = ", ".join(f"{v} {k}" for k, v in sorted(st.items()))
-        click.echo(
+        echo(
             f"Ingested {data['files']} file(s) ({parts}) into {store.root}: "
             f"{data['runs']} run(s), {data['lines_total']} lines, {data['decode_lines']} decode lines, "
             f"{data['lines_unparsed']} unrecognised, in {data['seconds']:.2f} s"
         )
         if data["results"]:
-            click.echo(
+            echo(
                 f"Benchmark results: {data['results']}, {data['results_attached']} attached to a run"
             )
         skipped = data["files_skipped"]
         if skipped:
-            click.echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))
+            echo("Skipped: " + ", ".join(f"{k}: {v}" for k, v in skipped.items()))
     if summary.interrupted:
         done = [f.path for f in summary.files if f.committed]
-        click.echo(
+        echo(
             f"Interrupted: {len(done)} file(s) committed before Ctrl-C; the files being read "
             "were not (the store holds nothing of them). Run the same command again to resume.",
             err=True,
@@ -194,7 +195,7 @@ def runs_cmd(ctx, match, fmt, all_columns, group_by):
         emit_frame(df.select([c for c in RUN_COLUMNS if c in df.columns]), fmt)
         return
     if df.is_empty():
-        click.echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
+        echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
         return
     cols = RUN_COLUMNS if all_columns else [c for c in TABLE_COLUMNS if c in df.columns]
     emit_frame(df.select(cols), "table", title=f"{len(df)} run(s)", keep=KEEP_COLUMNS)

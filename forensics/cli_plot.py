@@ -6,6 +6,7 @@ import click
 
 from forensics.cli_common import (
     OptionRule,
+    echo,
     echo_json,
     echo_wrote,
     get_store,
@@ -51,7 +52,7 @@ def _kind_reads(option: str) -> OptionRule:
     "--out",
     default=None,
     help="Image file, .png or .svg (default: ./forensics-KIND.png); `-` or /dev/stdout "
-    "writes a PNG to stdout (the path line then goes to stderr).",
+    "writes a PNG to stdout (stderr then says 'KIND plot written to standard output').",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @click.option("--experiment", metavar="EXP", default=None, help=EXPERIMENT_HELP)
@@ -77,7 +78,8 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     fig, path = make_plot(
         store, kind, match, out=out, baseline=baseline, experiment=experiment, group_by=group_by
     )
-    echo_wrote(path, {"kind": kind, "path": str(path), "match": match} if as_json else None)
+    summary = {"kind": kind, "path": str(path), "match": match} if as_json else None
+    echo_wrote(path, summary, what=f"{kind} plot")
 
 
 @click.command("report")
@@ -87,8 +89,8 @@ def plot_cmd(ctx, kind, match, out, baseline, experiment, group_by, as_json):
     "--out",
     default="report.html",
     show_default=True,
-    help="The HTML file to write; `-` or /dev/stdout writes it to stdout (the path line then "
-    "goes to stderr).",
+    help="The HTML file to write; `-` or /dev/stdout writes it to stdout (stderr then says "
+    "'report written to standard output').",
 )
 @click.option("--baseline", metavar="RUN|TOK_S", default=None, help=BASELINE_HELP)
 @group_by_option()
@@ -113,7 +115,9 @@ def report_cmd(ctx, match, out, baseline, group_by, sweep_name, as_json):
         if baseline is None and base is not None:
             baseline = f"{base:.3f}"
     path, size = write_report(store, out, match, baseline=baseline, group_by=group_by)
-    echo_wrote(path, {"path": str(path), "match": match, "bytes": size} if as_json else None)
+    echo_wrote(
+        path, {"path": str(path), "match": match, "bytes": size} if as_json else None, what="report"
+    )
 
 
 @click.command("advise")
@@ -137,7 +141,7 @@ def advise_cmd(ctx, match, baseline, group_by, as_json):
     if as_json:
         echo_json(data)
     else:
-        click.echo(render_advice(data))
+        echo(render_advice(data))
 
 
 @click.command("experiments")
@@ -172,7 +176,7 @@ def experiments_cmd(ctx, label, unlabel, match, group_by, as_json):
             echo_json(rows)
         else:
             for r in rows:
-                click.echo(f"{r['name']}: experiment {r['experiment'] or '(its key)'}")
+                echo(f"{r['name']}: experiment {r['experiment'] or '(its key)'}")
         return
     if match:
         raise click.UsageError("MATCH goes with --label NAME or --unlabel")
@@ -182,10 +186,10 @@ def experiments_cmd(ctx, label, unlabel, match, group_by, as_json):
         echo_json(rows)
         return
     if not rows:
-        click.echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
+        echo(f"No runs in {store.root} yet (try: forensics ingest /path/to/*.log)")
         return
     for r in rows:
-        click.echo(
+        echo(
             f"{r['experiment']}: {r['runs']} runs ({r['failed']} failed, "
             f"{r['speculative']} speculative); baseline: {r['baseline'] or 'none'}"
         )

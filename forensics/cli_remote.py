@@ -13,6 +13,7 @@ from forensics.cli_common import (
     PORT,
     POSITIVE,
     OptionRule,
+    echo,
     echo_json,
     emit_frame,
     get_store,
@@ -25,19 +26,19 @@ def _progress(event: dict) -> None:
     kind = event.get("event")
     if kind == "step":
         if event.get("phase") == "start":
-            click.echo(f"  step {event.get('step')}: {event.get('orig')}", err=True)
+            echo(f"  step {event.get('step')}: {event.get('orig')}", err=True)
         else:
-            click.echo(f"  step {event.get('step')} ended (rc {event.get('rc')})", err=True)
+            echo(f"  step {event.get('step')} ended (rc {event.get('rc')})", err=True)
     elif kind == "stage":
-        click.echo(f"  stage {event.get('stage')}: {event.get('line')}", err=True)
+        echo(f"  stage {event.get('stage')}: {event.get('line')}", err=True)
     elif kind == "health":
-        click.echo("  /health: 200 (ready)", err=True)
+        echo("  /health: 200 (ready)", err=True)
         if event.get("note"):
-            click.echo(f"  note: {event['note']}", err=True)
+            echo(f"  note: {event['note']}", err=True)
     elif kind == "unverified":
-        click.echo(f"  not ready yet: {event.get('problem')}", err=True)
+        echo(f"  not ready yet: {event.get('problem')}", err=True)
     elif kind == "server":
-        click.echo(f"  server started (pgid {event.get('pid')})", err=True)
+        echo(f"  server started (pgid {event.get('pid')})", err=True)
 
 
 def register(cli: click.Group) -> None:
@@ -102,14 +103,14 @@ def lint_cmd(ctx, name, shell_text, host, rules, strict, as_json):
 
 def _print_findings(name: str, findings: list, skipped: list[str]) -> None:
     if not findings:
-        click.echo(f"{name}: no findings")
+        echo(f"{name}: no findings")
     for f in findings:
         where = f"step {f.step}" if f.step is not None else "chain"
-        click.echo(f"{where} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
-        click.echo(f"    {f.explanation}")
-        click.echo(f"    instead: {f.alternative}")
+        echo(f"{where} [{f.severity}] {f.id}: {f.text.strip()[:80]}")
+        echo(f"    {f.explanation}")
+        echo(f"    instead: {f.alternative}")
     if skipped:
-        click.echo(
+        echo(
             f"note: not checked without a host: {', '.join(skipped)} "
             "(add --host NAME, or --host local for this machine)"
         )
@@ -198,7 +199,7 @@ def launch_cmd(ctx, **opts: Any):
             time.sleep(0)
         except KeyboardInterrupt:
             pass
-        click.echo(
+        echo(
             f"Interrupted: {recipe.name} may still be starting in its own process group; "
             f"stop it with: forensics stop {recipe.name}",
             err=True,
@@ -214,11 +215,11 @@ def _print_recheck(res: dict, as_json: bool) -> None:
         echo_json(res)
         return
     was = f" (was {res['previous']})" if res["previous"] != res["status"] else ""
-    click.echo(f"{res['name']} on {res['host']}: {res['status']}{was}")
+    echo(f"{res['name']} on {res['host']}: {res['status']}{was}")
     if res["pgid"]:
-        click.echo(f"  process group {res['pgid']} (from the {res['pgid_from']})")
+        echo(f"  process group {res['pgid']} (from the {res['pgid_from']})")
     if res["cause"]:
-        click.echo(f"  {res['cause']}")
+        echo(f"  {res['cause']}")
 
 
 def _check_sim_fail(sim: bool, sim_fail: str | None) -> None:
@@ -272,7 +273,7 @@ def _flags_recipe(extra: list[str], launch_name: str | None, opts: dict[str, Any
 
         launch_name = name_from_flags(extra)
         if not opts["as_json"]:
-            click.echo(f"name: {launch_name} (from the flags; --name to choose)", err=True)
+            echo(f"name: {launch_name} (from the flags; --name to choose)", err=True)
     recipe = Recipe(
         name=launch_name, server=argv, log_path=opts["log_path"], health_url=None, host=opts["host"]
     )
@@ -332,7 +333,7 @@ def stop_cmd(ctx, name, grace, as_json):
     if as_json:
         echo_json(res)
     else:
-        click.echo(f"{res['name']}: {res['outcome']} (process group {res['pgid']})")
+        echo(f"{res['name']}: {res['outcome']} (process group {res['pgid']})")
 
 
 @click.group("hosts")
@@ -380,7 +381,7 @@ def hosts_check(name, as_json):
         echo_json(res)
     else:
         for k, v in res.items():
-            click.echo(f"{k}: {v}")
+            echo(f"{k}: {v}")
 
 
 @hosts_group.command("trust")
@@ -395,4 +396,4 @@ def hosts_trust(name, fingerprint, as_json):
     if as_json:
         echo_json(res)
     else:
-        click.echo(str(res))
+        echo(str(res))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.cli_common import NON_NEGATIVE, echo_json, get_store
+from forensics.cli_common import NON_NEGATIVE, echo, echo_json, get_store
 from forensics.errors import EXIT_STORE
 
 
@@ -19,18 +19,16 @@ def store_group() -> None:
 
 def _print(data: dict, *, repaired: bool) -> None:
     state = "ok" if data["ok"] else "damaged"
-    click.echo(
+    echo(
         f"{data['root']}: {state} (schema version {data['schema_version'] or '?'}; "
         f"{data['parts_listed']} part(s) listed, {data['parts_on_disk']} on disk)"
     )
     for kind, f in data["findings"].items():
-        click.echo(
-            f"  {kind}: {f['count']}  -> {'done: ' if repaired else 'repair: '}{f['repair']}"
-        )
+        echo(f"  {kind}: {f['count']}  -> {'done: ' if repaired else 'repair: '}{f['repair']}")
         for item in f["items"][:5]:
-            click.echo(f"    {item}")
+            echo(f"    {item}")
     for a in data["actions"]:
-        click.echo(f"  {a}")
+        echo(f"  {a}")
 
 
 @store_group.command("check")
@@ -47,7 +45,7 @@ def check_cmd(ctx: click.Context, as_json: bool) -> None:
     else:
         _print(data, repaired=False)
         if not data["ok"]:
-            click.echo("Repair it with: forensics store repair", err=True)
+            echo("Repair it with: forensics store repair", err=True)
     ctx.exit(0 if data["ok"] else EXIT_STORE)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from forensics.cli_common import POSITIVE, Number, echo_json, get_store
+from forensics.cli_common import POSITIVE, Number, echo, echo_json, get_store
 from forensics.errors import EXIT_DEADLINE, EXIT_INTERRUPTED
 
 
@@ -91,10 +91,10 @@ def run_cmd(
         if as_json:
             echo_json({"sweep": s.name, "dry_run": True, "units": [u.as_dict() for u in s.units]})
         else:
-            click.echo(plan_text(s))
+            echo(plan_text(s))
         return
     if not as_json:
-        click.echo(plan_text(s), err=True)
+        echo(plan_text(s), err=True)
     store = get_store(ctx)
     kw: dict[str, Any] = {}
     if executor == "slurm":
@@ -110,7 +110,7 @@ def run_cmd(
             **kw,
         )
     except KeyboardInterrupt:
-        click.echo(
+        echo(
             f"Interrupted: the journal keeps what finished; forensics sweep {file} --resume "
             "continues.",
             err=True,
@@ -120,12 +120,12 @@ def run_cmd(
     if as_json:
         echo_json(res)
     else:
-        click.echo(sw.render(res))
+        echo(sw.render(res))
         if res["plots"]:
-            click.echo("plots: " + ", ".join(res["plots"].values()))
-            click.echo(f"report: forensics report --sweep {s.name}")
+            echo("plots: " + ", ".join(res["plots"].values()))
+            echo(f"report: forensics report --sweep {s.name}")
     if res["counts"]["pending"]:
-        click.echo(
+        echo(
             f"Error: {s.name}: the time budget ended the sweep with {res['counts']['pending']} "
             f"configs left (try: forensics sweep {file} --resume)",
             err=True,
@@ -148,10 +148,10 @@ def status_cmd(ctx: click.Context, sweep: str | None, as_json: bool) -> None:
             echo_json({"sweeps": rows})
             return
         if not rows:
-            click.echo("No sweeps in the store (forensics sweep FILE starts one).")
+            echo("No sweeps in the store (forensics sweep FILE starts one).")
             return
         for r in rows:
-            click.echo(
+            echo(
                 f"{r['sweep']}: {r['finished']}/{r['units']} finished, {r['ok']} ok "
                 f"({r['executor']}, last event {r['updated_at']:%Y-%m-%d %H:%M:%S})"
             )
@@ -160,7 +160,7 @@ def status_cmd(ctx: click.Context, sweep: str | None, as_json: bool) -> None:
     if as_json:
         echo_json(res)
     else:
-        click.echo(sw.render(res))
+        echo(sw.render(res))
 
 
 def _plots(store: Any, name: str) -> dict[str, str]:
@@ -172,7 +172,7 @@ def _plots(store: Any, name: str) -> dict[str, str]:
     try:
         return plots(store, name, forensics_home() / "sweeps" / name)
     except ForensicsError as exc:
-        click.echo(f"Warning: {name}: no plots ({exc})", err=True)
+        echo(f"Warning: {name}: no plots ({exc})", err=True)
         return {}
 
 

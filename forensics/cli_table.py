@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 
 # the box drawing: "│ " before each cell, " " after it, one "│" at the end
 BORDER_PER_COLUMN = 3
 BORDER_END = 1
 CELL_MIN = 8  # a cell column folds down to this many characters, not fewer
 FIRST_CELL_MIN = 24  # the first column names the row: keep more of it on one line
-DEFAULT_WIDTH = 120  # when the output is not a terminal and COLUMNS is not set
 NARROWEST = 40
 EMPTY = ("", "—")  # what an empty cell shows
 
@@ -33,8 +31,11 @@ class Layout:
 
 
 def terminal_width() -> int:
-    """The terminal's width ($COLUMNS first; DEFAULT_WIDTH when not a terminal)."""
-    return max(NARROWEST, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+    """The width a table fits: the terminal's (forensics.terminal.terminal_columns), at
+    least NARROWEST."""
+    from forensics.terminal import terminal_columns
+
+    return max(NARROWEST, terminal_columns())
 
 
 def header_parts(header: str) -> list[str]:

@@ -32,6 +32,10 @@ def _isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "forensics-home"
     monkeypatch.setenv("FORENSICS_HOME", str(home))
     monkeypatch.delenv("FORENSICS_DEBUG", raising=False)
+    # pytest-xdist's workers set COLUMNS=80 (LINES=24): the output of a pipe would be wrapped
+    # as a terminal's (forensics.terminal.prose_width); a test that means a width sets it
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     monkeypatch.chdir(tmp_path)
     yield
 

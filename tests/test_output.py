@@ -142,7 +142,11 @@ def test_output_paths_plot_to_stdout_pipe_is_only_the_image(one_run):
         p = _cli("plot", "decode", "cg_5dt", "-o", target)
         assert p.returncode == 0, p.stderr
         assert p.stdout.startswith(b"\x89PNG\r\n") and p.stdout.endswith(b"IEND\xaeB`\x82")
-        assert p.stderr.decode().strip() == target
+        assert p.stderr.decode().strip() == "decode plot written to standard output"
+    p = _cli("report", "-o", "-")  # issue 14 round 5: said "-"
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith(b"</html>")
+    assert p.stderr.decode() == "report written to standard output\n"
     p = _cli("report", "-o", "-", "--json")
     assert p.returncode == 0, p.stderr
     assert p.stdout.rstrip().endswith(b"</html>")
@@ -159,7 +163,7 @@ def test_output_paths_stdout_appended_to_a_file_keeps_it(one_run, tmp_path):
     assert p.returncode == 0, p.stderr
     text = log.read_text()
     assert text.startswith("first line\n<!DOCTYPE html>") and text.rstrip().endswith("</html>")
-    assert p.stderr.decode().strip() == "/dev/stdout"
+    assert p.stderr.decode().strip() == "report written to standard output"
 
 
 def test_output_paths_fifo_whose_reader_stops_is_an_error_not_a_hang(tmp_path, monkeypatch):
