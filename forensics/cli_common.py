@@ -290,7 +290,7 @@ def emit_frame(
     else:
         print_table(df.head(TABLE_ROWS_MAX), title=title, keep=keep)
         if df.height > TABLE_ROWS_MAX:
-            click.echo(
+            echo(
                 f"... {df.height - TABLE_ROWS_MAX:,} more row(s) not shown (a table shows the "
                 f"first {TABLE_ROWS_MAX:,}; every row: --json or --csv)"
             )

@@ -307,7 +307,9 @@ def test_command_modules_write_text_through_echo_only():
     """C07: one output layer. Text goes through cli_common.echo (visible + wrapped); the raw
     click.echo is left to the exact outputs (JSON, CSV, echo itself) and the Error lines,
     which cli.shown makes visible."""
-    allowed = {"cli.py": 5, "cli_common.py": 4}
+    # cli.py: the Error lines (through cli.shown) and "Interrupted."; cli_common.py: echo
+    # itself, echo_json, --json rows in slices (2), echo_wrote's JSON summary, CSV
+    allowed = {"cli.py": 5, "cli_common.py": 6}
     for path in sorted((ROOT / "forensics").glob("cli*.py")):
         n = path.read_text().count("click.echo(")
         assert n <= allowed.get(path.name, 0), f"{path.name}: {n} click.echo( (use echo)"
