@@ -119,3 +119,64 @@ def test_a_renamed_file_rewritten_in_place_is_a_new_log(tmp_path):
     p = _cli(home, "ingest", str(logs))
     assert "renamed and grown" not in p.stderr
     assert sorted(r["name"] for r in _runs(home)) == ["a", "c"]
+
+
+# --- class "kill at any moment": a killed writer's *.tmp is gone once the next command ran ---
+
+
+def test_a_dead_writers_tmp_files_go_with_the_next_command_even_a_read(tmp_path):
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(FIXTURES / "sglang_fail_capture.log"))
+    left = [home / "tables" / "runs" / "x-g9-0123456789ab.parquet.tmp", home / "manifest.json.tmp"]
+    for f in left:
+        f.write_bytes(b"half a part")  # what a kill -9 mid-write leaves
+    # while a writer holds the lock its files are its own: kept
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+         str(home / "store.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _cli(home, "runs", "--json")
+        assert all(f.exists() for f in left)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(_runs(home)) == 1  # a read: no writer now, the leftovers are removed
+    assert not any(f.exists() for f in left)
+    assert "ok" in _cli(home, "store", "check").stdout
+
+
+def test_kill_9_of_label_and_ingest_at_several_moments_leaves_nothing_behind(tmp_path):
+    """SIGKILL wherever it lands (no timing asserted): after the next command no *.tmp is
+    left, the store checks clean, and the next ingest gives the runs of an ingest never
+    killed, the label kept."""
+    import signal
+    import time
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for n in ("sglang_fail_capture.log", "sglang_two_launches.log", "sglang_eagle3_cg_5dt.log"):
+        shutil.copy(FIXTURES / n, logs / n)
+    ref = tmp_path / "ref"
+    _cli(ref, "ingest", str(logs))
+    want = _key(_runs(ref))
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs / "sglang_fail_capture.log"))
+    _cli(home, "label", "sglang_fail_capture", "capture")
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    for delay in (0.2, 0.6, 1.0, 1.5, 2.5):
+        for args in (["label", "sglang_fail_capture", "capture"], ["ingest", str(logs)]):
+            p = subprocess.Popen([sys.executable, "-m", "forensics", *args], env=env)
+            time.sleep(delay)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            _cli(home, "runs", "--json")
+            assert not list(home.rglob("*.tmp")), (args, delay)
+            assert "ok" in _cli(home, "store", "check").stdout
+    _cli(home, "ingest", str(logs))
+    got = _runs(home)
+    assert _key(got) == want
+    assert next(r for r in got if r["name"] == "sglang_fail_capture")["phase"] == "capture"

@@ -118,7 +118,43 @@ class Store:
                     hint="pass --store DIR or set FORENSICS_HOME to a writable folder",
                 ) from exc
         _check_owner(root)
-        return cls(root)
+        store = cls(root)
+        store.clear_dead_writes()
+        return store
+
+    def clear_dead_writes(self) -> None:
+        """Remove the ``*.tmp`` files a killed writer left (a part or the manifest it was
+        writing when a ``kill -9`` came): every command that opens the store does it, reads
+        too, when no writer holds the lock (taken without waiting, released at once), so
+        nothing of a killed command stays once the next one ran. Such a file is never listed
+        and only a lock holder writes one. A store that cannot be written is left as it is."""
+        tmps = self._tmp_files()
+        if not tmps:
+            return
+        try:
+            fd = os.open(self.root / LOCK, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a writer is at work (its own files), or locks are not supported
+            os.close(fd)
+            return
+        try:
+            for f in self._tmp_files():  # again, under the lock
+                with contextlib.suppress(OSError):
+                    f.unlink()
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _tmp_files(self) -> list[Path]:
+        found = [self.root / (MANIFEST + ".tmp")]
+        with contextlib.suppress(OSError):
+            for tdir in (self.root / "tables").iterdir():
+                if tdir.is_dir() and not tdir.is_symlink():
+                    found += [f for f in tdir.iterdir() if f.name.endswith(PART_SUFFIX + ".tmp")]
+        return [f for f in found if f.is_file() and not f.is_symlink()]
 
     @property
     def manifest_path(self) -> Path:
