@@ -180,3 +180,46 @@ def test_kill_9_of_label_and_ingest_at_several_moments_leaves_nothing_behind(tmp
     got = _runs(home)
     assert _key(got) == want
     assert next(r for r in got if r["name"] == "sglang_fail_capture")["phase"] == "capture"
+
+
+# --- class "odd stores": the store folder replaced while a command writes it ---
+
+
+def test_a_store_folder_replaced_while_ingest_runs(tmp_path):
+    """`mv store old; mkdir store` while an ingest parses: its commit finds that the lock it
+    holds is no longer the store's (exit 7, one line) and writes nothing into the new folder;
+    both folders check clean and the old one resumes. Whenever the swap lands, no folder is
+    left with a manifest that lists parts it does not have."""
+    import time
+
+    real = sorted(
+        Path(os.environ.get("FORENSICS_SHARED", "/nonexistent")).glob("real-logs-dev/*.log")
+    )
+    blob = (
+        b"".join(p.read_bytes() for p in real[:20])
+        or (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    )
+    log = tmp_path / "big.log"
+    log.write_bytes(blob * max(1, (8 << 20) // len(blob)))
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(FIXTURES / "sglang_fail_capture.log"))
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "forensics", "ingest", str(log)],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while p.poll() is None and not (home / "store.lock").read_bytes().strip():
+        time.sleep(0.05)  # the ingest holds the lock: it is writing
+    os.rename(home, tmp_path / "old")
+    home.mkdir()
+    err = p.communicate()[1]
+    assert p.returncode in (0, 7), err
+    if p.returncode == 7:
+        assert err.count("Error:") == 1 and "moved or replaced" in err
+    assert "Traceback" not in err
+    for folder in (home, tmp_path / "old"):
+        if (folder / "manifest.json").exists():
+            assert "ok" in _cli(folder, "store", "check").stdout
+    assert not list(home.rglob("*.parquet"))
+    _cli(tmp_path / "old", "ingest", str(log))
+    assert "ok" in _cli(tmp_path / "old", "store", "check").stdout

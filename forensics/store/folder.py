@@ -80,6 +80,7 @@ class Store:
         ] = {}  # table (, reduce) -> source -> rows
         self._cache_gen = -1
         self._lock_depth = 0  # > 0 while this process holds the store lock
+        self._locked: tuple[int, int] | None = None  # (dev, inode) of the lock file held
         # the last manifest read, and the (inode, mtime, size) of the file it was read from
         self._man: Manifest | None = None
         self._man_key: tuple[int, int, int] | None = None
@@ -460,6 +461,8 @@ class Store:
                     time.sleep(0.05)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
+            st = os.fstat(fd)
+            self._locked = (st.st_dev, st.st_ino)
             self._lock_depth += 1
             try:
                 yield
@@ -469,6 +472,22 @@ class Store:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             os.close(fd)
+
+    def check_still_here(self) -> None:
+        """Before a commit renames anything: is the lock this writer holds still the one at
+        the store's path? A store folder moved or replaced while a command ran (``mv store
+        old; mkdir store``) would otherwise get a manifest listing parts that are not in it."""
+        try:
+            st = os.stat(self.root / LOCK)
+            here = (st.st_dev, st.st_ino)
+        except OSError:
+            here = None
+        if self._locked is not None and self._locked != here:
+            raise StoreError(
+                f"{self.root}: the store folder was moved or replaced while this command ran; "
+                "nothing more was written",
+                hint="run the command again on the store where you want it",
+            )
 
     @contextlib.contextmanager
     def transaction(self, lock_timeout: float | None = None) -> Iterator[Transaction]:

@@ -377,6 +377,7 @@ class Transaction:
         if not self.dirty and not self._new and not self._drop_parts:
             return  # nothing changed: the manifest stays as it is (a read-only store too)
         try:
+            self.store.check_still_here()
             self._settle()
         except BaseException:
             self.abort()  # a part it could not write (full disk): none of this commit stays
