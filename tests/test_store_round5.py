@@ -223,3 +223,41 @@ def test_a_store_folder_replaced_while_ingest_runs(tmp_path):
     assert not list(home.rglob("*.parquet"))
     _cli(tmp_path / "old", "ingest", str(log))
     assert "ok" in _cli(tmp_path / "old", "store", "check").stdout
+
+
+# --- class "odd stores": a disk so full that not even the lock's pid note fits ---
+
+
+def test_writers_on_a_full_disk_say_so_in_one_line(tmp_path):
+    """The store on a tmpfs filled to the last byte: label, ingest, train are exit 7 with one
+    `Error:` line (label was an internal error: the lock file's pid note hit ENOSPC), reads
+    work, nothing is left half-written."""
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
+    try:
+        home = mnt / "home"
+        _cli(home, "ingest", str(FIXTURES / "sglang_fail_capture.log"))
+        before = _runs(home)
+        with open(mnt / "filler", "wb", buffering=0) as f:  # to the last byte
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        for args in (
+            ["label", "sglang_fail_capture", "runtime"],
+            ["ingest", str(FIXTURES / "sglang_fail_load_kv_oom.log")],
+            ["classify", "train"],
+        ):
+            p = _cli(home, *args, rc=7)
+            assert p.stderr.count("Error:") == 1 and "internal error" not in p.stderr
+            assert not list(home.rglob("*.tmp"))
+        assert _runs(home) == before
+        assert "ok" in _cli(home, "store", "check").stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

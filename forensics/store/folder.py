@@ -459,8 +459,9 @@ class Store:
                             hint="wait for it to finish, or pass --store DIR",
                         ) from None
                     time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            with contextlib.suppress(OSError):  # who holds it, for the message: a note (a
+                os.ftruncate(fd, 0)  # full disk cannot take it, and the lock holds anyway)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
             st = os.fstat(fd)
             self._locked = (st.st_dev, st.st_ino)
             self._lock_depth += 1
