@@ -15,7 +15,13 @@ import click
 
 from forensics import __version__
 from forensics.cli_common import echo
-from forensics.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ForensicsError
+from forensics.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    ForensicsError,
+    interrupt_inside,
+)
 from forensics.urls import redact_url
 
 # Command-group modules, in the order their commands appear in --help.
@@ -154,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the contract: never a raw traceback
         if debug:
             raise
+        if interrupt_inside(exc):  # a Ctrl-C / SIGTERM that Python wrapped (an import)
+            _say_interrupted()
         _unexpected(exc)
     finally:
         _close_hosts()

@@ -152,6 +152,17 @@ def main(argv: list[str] | None = None) -> None:
 
         cli = sys.modules.get("forensics.cli")
         _interrupted(say=not getattr(cli, "INTERRUPTED_SAID", False))
+    except Exception as exc:
+        # an interrupt Python wrapped (it landed in an import's class body: RuntimeError
+        # "Error calling __set_name__"), before forensics.cli.main's own handling
+        from forensics.errors import interrupt_inside
+
+        if not interrupt_inside(exc):
+            raise
+        import sys
+
+        cli = sys.modules.get("forensics.cli")
+        _interrupted(say=not getattr(cli, "INTERRUPTED_SAID", False))
 
 
 def _interrupted(*, say: bool) -> None:

@@ -140,3 +140,17 @@ class BodyTooLarge(ForensicsError):
     """A network answer (HTTP body, SSE event) past its byte cap."""
 
     exit_code = EXIT_INTERNAL
+
+
+def interrupt_inside(exc: BaseException | None) -> bool:
+    """Is ``exc`` an interrupt (Ctrl-C, SIGTERM, SIGHUP: a KeyboardInterrupt, forensics.entry)
+    in disguise? One that lands in a class body's ``__set_name__`` while a module is imported
+    comes out as ``RuntimeError: Error calling __set_name__`` (Python 3.11), its cause the
+    KeyboardInterrupt; an error raised while one was handled has it as its context."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
