@@ -38,7 +38,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess:
 def _leaks(*roots: Path) -> list[str]:
     found = []
     for root in roots:
-        for p in Path(root).rglob("*"):
+        for p in [Path(root)] if Path(root).is_file() else Path(root).rglob("*"):
             if p.is_file() and not p.is_symlink():
                 data = p.read_bytes()
                 found += [f"{p}: {s}" for s in (KEY, TOKEN) if s.encode() in data]
@@ -109,3 +109,46 @@ def test_a_replay_keeps_no_secret_in_its_journal_or_work_files(tmp_path):
         assert not list(logs.rglob("chain.txt")) and not list(logs.rglob("wrapper.sh"))
     finally:
         _stop(home, "r5")
+
+
+def _journal_dir(home: Path, name: str) -> Path:
+    rows = json.loads(_cli(home, "launch", "--list", "--json").stdout)
+    journal = Path(next(r["journal_path"] for r in rows if r["name"] == name))
+    return journal.parent / journal.name.replace(".journal.jsonl", ".journal.d")
+
+
+def test_an_interrupted_or_killed_replay_leaves_no_secret(tmp_path):
+    """SIGTERM of the launcher while a step that printed a key still runs: what it left is
+    masked before it exits. SIGKILL: nothing can run then; the next launch of the name masks
+    the work folders of the launches before it."""
+    import signal
+    import time
+
+    home = tmp_path / "home"
+    name = f"k5{os.getpid()}"
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    chain = f"echo api_key={KEY}; sleep 8"
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        p = subprocess.Popen(
+            [sys.executable, "-m", "forensics", "launch", "--shell", chain, "--replay",
+             "--name", name, "--step-deadline", "20"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        outs: list[Path] = []
+        while p.poll() is None and not any(KEY.encode() in o.read_bytes() for o in outs):
+            time.sleep(0.1)  # the step has printed the key into the work folder
+            try:
+                outs = list(_journal_dir(home, name).glob("*/out*"))
+            except (StopIteration, ValueError):
+                outs = []
+        p.send_signal(sig)
+        err = p.communicate()[1]
+        if sig == signal.SIGTERM:
+            assert p.returncode == 130 and "Traceback" not in err, err
+            jd = _journal_dir(home, name)
+            assert not _leaks(jd, jd.with_name(name + ".journal.jsonl"))
+    time.sleep(9)  # the killed launch's step ends (its wrapper outlives the launcher)
+    p = _cli(home, "launch", "--shell", "echo nothing", "--replay", "--name", name)
+    jd = _journal_dir(home, name)
+    assert len(list(jd.iterdir())) == 3  # the SIGTERM's, the SIGKILL's, this one's
+    assert not _leaks(jd, jd.with_name(name + ".journal.jsonl"), home)

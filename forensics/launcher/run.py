@@ -146,6 +146,8 @@ def execute(store: Store, plan: Plan, progress: Progress | None = None) -> dict[
         except KeyboardInterrupt:
             pass
         _interrupted(run)
+        with contextlib.suppress(Exception):  # what it left so far holds no secret either
+            _scrub(run)
         raise
     # the result is printed (--json) and kept by sweeps: the journal rows quote the chain
     # (`--api-key X`), the log tail and the evidence the server's output; one redaction here
@@ -426,8 +428,8 @@ def _conclude(run: _Launch) -> dict[str, Any]:
 
 def _scrub(run: _Launch) -> None:
     """The secrets of the files this launch left on this machine, masked in place: the
-    journal, the work folder's step outputs, and the log when forensics chose it (under its
-    home; a log the user named is the user's)."""
+    journal, the work folders' step outputs, and the log when forensics chose it (under its
+    home; a log the user named is the user's). At its end, and when it is interrupted."""
     import os
 
     from forensics.hosts import forensics_home
@@ -436,7 +438,8 @@ def _scrub(run: _Launch) -> None:
     log = run.plan.recipe.log_path
     home = os.path.realpath(forensics_home())
     own = log if log and os.path.realpath(log).startswith(home + os.sep) else None
-    scrub_launch(run.host.name, [own, run.journal], run.work)
+    # every launch's work folder of this journal: one a kill -9 cut short is masked now
+    scrub_launch(run.host.name, [own, run.journal], os.path.dirname(run.work))
 
 
 def _collect_evidence(

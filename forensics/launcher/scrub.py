@@ -51,14 +51,18 @@ def scrub_file(path: str) -> bool:
 
 
 def scrub_launch(host_name: str, paths: list[str | None], folder: str | None) -> None:
-    """``scrub_file`` on ``paths`` and every file of ``folder`` (local launches only: a remote
-    host's files are the host's)."""
+    """``scrub_file`` on ``paths`` and on the files of every launch folder in ``folder`` (the
+    journal's ``….journal.d``: one folder per launch id). Local launches only: a remote
+    host's files are the host's."""
     if host_name != "local":
         return
     names: list[str | None] = list(paths)
     if folder:
         with contextlib.suppress(OSError):
-            names += [os.path.join(folder, n) for n in sorted(os.listdir(folder))]
+            for launch in sorted(os.listdir(folder)):
+                d = os.path.join(folder, launch)
+                if os.path.isdir(d) and not os.path.islink(d):
+                    names += [os.path.join(d, n) for n in sorted(os.listdir(d))]
     for p in names:
         if p:
             scrub_file(p)
