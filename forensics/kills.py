@@ -8,6 +8,7 @@ the launching shell's own command line. Used by lint's rules and the launcher's 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import re
 from collections.abc import Callable
 
@@ -446,7 +447,8 @@ MASS_KILLS: tuple[tuple[str, Callable[[list[str]], bool], str], ...] = (
 )
 
 
-# Files whose writing stops the host: (path, row name, what it kills).
+# Files whose writing stops the host, a GPU or a disk (redirections, tee, dd of=, mkfs): (path
+# or glob, row name, what it kills).
 MASS_WRITES: tuple[tuple[str, str, str], ...] = (
     (
         "/proc/sysrq-trigger",
@@ -454,14 +456,36 @@ MASS_WRITES: tuple[tuple[str, str, str], ...] = (
         "the whole host at once (`b` reboots, `o` powers off, `i`/`e` signal every process): no "
         "clean shutdown of anything",
     ),
+    (
+        "/sys/bus/pci/devices/*/remove",
+        "echo 1 > /sys/bus/pci/devices/…/remove",
+        "a PCI device (a GPU) taken off the bus under every process using it, whoever owns it",
+    ),
+    (
+        "/sys/bus/pci/drivers/nvidia*/unbind",
+        "echo … > /sys/bus/pci/drivers/nvidia/unbind",
+        "a GPU unbound from its driver under every process using it, whoever owns it",
+    ),
+    (
+        "/dev/[hsv]d[a-z]*",
+        "dd of=/dev/sda",
+        "a whole disk overwritten: its filesystems and every file on them, for every user",
+    ),
+    ("/dev/xvd[a-z]*", "dd of=/dev/xvda", "a whole disk overwritten, for every user"),
+    ("/dev/nvme[0-9]*", "dd of=/dev/nvme0n1", "a whole disk overwritten, for every user"),
+    ("/dev/md[0-9]*", "dd of=/dev/md0", "a whole RAID array overwritten, for every user"),
 )
 
 
 def _written(cmd: Command, argv: list[str]) -> list[str]:
     """The files a command writes: its output redirections and ``tee FILE…``."""
     out = [r.target for r in cmd.redirects if r.stream != 0 and r.op not in (">&", "<&")]
-    if argv and argv[0].rsplit("/", 1)[-1] == "tee":
+    name = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if name == "tee":
         out += [a for a in argv[1:] if not a.startswith("-")]
+    if name in ("dd", "mkfs", "wipefs", "shred") or name.startswith("mkfs."):
+        # dd of=DEVICE; mkfs / wipefs / shred DEVICE (a disk's raw device is written whole)
+        out += [a[3:] if a.startswith("of=") else a for a in argv[1:] if not a.startswith("-")]
     return out
 
 
@@ -479,7 +503,11 @@ def mass_kills(step: Step) -> list[tuple[str, str]]:
     for cmd, inner in _argvs(step):
         out.extend((name, what) for name, match, what in MASS_KILLS if match(inner))
         written = _written(cmd, inner)
-        out.extend((name, what) for path, name, what in MASS_WRITES if path in written)
+        out.extend(
+            (name, what)
+            for path, name, what in MASS_WRITES
+            if any(fnmatch.fnmatchcase(w, path) for w in written)
+        )
     return out
 
 

@@ -461,3 +461,32 @@ def test_more_runners_selections_and_inline_code(step):
 )
 def test_more_near_misses(step):
     assert not _errors(step) & {"mass-kill", "broad-kill"}, step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "echo 1 > /sys/bus/pci/devices/0000:3b:00.0/remove",
+        "echo 0000:3b:00.0 | sudo tee /sys/bus/pci/drivers/nvidia/unbind",
+        "dd if=/dev/zero of=/dev/sda bs=1M",
+        "sudo mkfs.ext4 /dev/nvme0n1",
+        "wipefs -a /dev/sdb",
+        "bash -c 'dd if=/dev/urandom of=/dev/vda'",
+    ],
+)
+def test_writes_that_take_a_gpu_or_a_disk(step):
+    assert "mass-kill" in _errors(step), step
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "dd if=/dev/zero of=/tmp/x bs=1M count=1",
+        "echo hi > /dev/null",
+        "mkfs.ext4 /tmp/disk.img",
+        "echo x > /dev/stderr",
+        "cat /sys/bus/pci/devices/0000:3b:00.0/vendor",
+    ],
+)
+def test_writes_of_ones_own_files_stay_clean(step):
+    assert not _errors(step), step
