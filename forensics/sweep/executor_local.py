@@ -94,7 +94,7 @@ def free_port(host: Host | None) -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
-    from forensics.lint import port_listening
+    from forensics.hostprobe import port_listening
 
     for _ in range(20):
         p = random.randint(20000, 60000)
@@ -294,8 +294,8 @@ def _group_pids(host: Host, pgid: int | None) -> list[int]:
 
 def confirm_gone(host: Host, pgid: int | None, port: int | None, pids: list[int]) -> str | None:
     """None when the unit's server is gone (group, port, GPU memory); else what is left."""
+    from forensics.hostprobe import port_listening
     from forensics.launcher import wait_stopped
-    from forensics.lint import port_listening
 
     problems = []
     if pgid:
