@@ -160,3 +160,23 @@ def test_runs_of_many_launches_table_capped_json_in_slices(tmp_path, monkeypatch
     monkeypatch.setattr(cli_common, "JSON_SLICE_ROWS", 10_000)
     whole = runner.invoke(cli, [*store, "runs", "--json"]).output
     assert sliced == whole and len(json.loads(sliced)) == 121
+
+
+def test_the_python_paths_rows_become_frames_every_spill_rows(tmp_path, monkeypatch):
+    """A 4 MB chunk of a restarted server is ~100,000 event and line rows through the Python
+    path, held as dicts until the chunk ended (~50 MB of the parse's peak). They become a
+    frame every SPILL_ROWS rows: the same frames."""
+    from forensics_parsers.sglang import chunk
+
+    data = _restarts(tmp_path, 700).read_bytes()
+    whole = S.parse_bytes(data, "restarts.log")
+    spills = []
+    real = pl.DataFrame
+    monkeypatch.setattr(chunk, "SPILL_ROWS", 97)
+    monkeypatch.setattr(chunk.pl, "DataFrame", lambda *a, **k: spills.append(1) or real(*a, **k))
+    spilled = S.parse_bytes(data, "restarts.log")
+    monkeypatch.undo()
+    assert len(spills) >= 2 * 2_103 // 97  # events and lines, each spilled many times
+    for name in ("runs", "events", "lines", "errors"):
+        assert getattr(spilled, name).equals(getattr(whole, name)), name
+    assert len(whole.events) == 3 * 701 and len(whole.runs) == 701

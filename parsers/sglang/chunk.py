@@ -9,7 +9,11 @@ from typing import Any
 
 import polars as pl
 
-from forensics_parsers.sglang.frames import Frames
+from forensics_parsers.sglang.frames import Frames, empty
+
+# rows of events / lines the Python path holds as dicts before it turns them into a frame: a
+# 4 MB chunk of a server restarted in a loop is 100,000 of them (~50 MB as dicts)
+SPILL_ROWS = 8_192
 
 
 @dataclass
@@ -18,10 +22,29 @@ class Chunk:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     lines: list[dict[str, Any]] = field(default_factory=list)
+    spilled: dict[str, list[pl.DataFrame]] = field(default_factory=dict)  # earlier rows
     boundaries: list[tuple[int, int]] = field(default_factory=list)  # (line, run) a run starts
     stamps: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) in file order
     counts: dict[str, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, row: dict[str, Any], schema: dict[str, Any]) -> None:
+        """A row of ``events`` or ``lines``; every SPILL_ROWS of them become a frame."""
+        rows = getattr(self, kind)
+        rows.append(row)
+        if len(rows) >= SPILL_ROWS:
+            self.spilled.setdefault(kind, []).append(pl.DataFrame(rows, schema=schema))
+            rows.clear()
+
+    def frame(self, kind: str, schema: dict[str, Any]) -> pl.DataFrame:
+        """Every row of ``kind`` collected over the chunk, in order."""
+        parts = list(self.spilled.get(kind, []))
+        rows = getattr(self, kind)
+        if rows:
+            parts.append(pl.DataFrame(rows, schema=schema))
+        if not parts:
+            return empty(kind)
+        return parts[0] if len(parts) == 1 else pl.concat(parts)
 
     def bump(self, kind: str, n: int = 1) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + n

@@ -276,13 +276,8 @@ class LogParser:
         ck.bump("prefill", n_prefill)
 
         out = Frames(counts={k: v for k, v in ck.counts.items() if v}, stats=ck.stats)
-        if ck.events:
-            out.events = pl.DataFrame(ck.events, schema=EVENT_SCHEMA)
-        out.lines = bulk_.lines_frame(
-            pl.DataFrame(ck.lines, schema=LINE_SCHEMA) if ck.lines else empty("lines"),
-            quick,
-            MAX_TEXT,
-        )
+        out.events = ck.frame("events", EVENT_SCHEMA)
+        out.lines = bulk_.lines_frame(ck.frame("lines", LINE_SCHEMA), quick, MAX_TEXT)
         if self._closed_tbs:
             out.errors = pl.DataFrame(self._closed_tbs, schema=ERROR_SCHEMA)
             self._closed_tbs = []
@@ -510,7 +505,8 @@ class LogParser:
         }
 
     def _emit_line(self, ck: _Chunk, ln: _Line, kind: str) -> None:
-        ck.lines.append(
+        ck.add(
+            "lines",
             {
                 "run_index": self.run_index,
                 "line": ln.no,
@@ -518,7 +514,8 @@ class LogParser:
                 "rank": ln.rank,
                 "kind": kind,
                 "text": ln.msg[:MAX_TEXT],
-            }
+            },
+            LINE_SCHEMA,
         )
 
     def _touch(self, line_no: int, ts: str | None) -> None:
@@ -541,7 +538,8 @@ class LogParser:
         stage = rule.line_stage(ln.msg)
         if stage and stage not in run["stages"]:
             run["stages"].append(stage)
-        ck.events.append(
+        ck.add(
+            "events",
             {
                 "run_index": self.run_index,
                 "line": ln.no,
@@ -551,7 +549,8 @@ class LogParser:
                 "scope": scope,
                 **mem_figures(ln.msg),
                 "detail": detail,
-            }
+            },
+            EVENT_SCHEMA,
         )
 
     # -- tracebacks ----------------------------------------------------------------------
