@@ -168,7 +168,8 @@ def redact(text: str) -> str:
 
 # A PEM private key over several lines: the BEGIN line is redacted by the `private_key` rule,
 # the base64 lines after it (up to the END line) by ``pem_lines``, whole.
-_PEM_BEGIN = "PRIVATE KEY-----"
+PEM_BEGIN = "PRIVATE KEY-----"  # a line holding it opens a block (pem_lines)
+_PEM_BEGIN = PEM_BEGIN
 _PEM_OPEN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 
@@ -315,6 +316,7 @@ __all__ = [
     "HINT",
     "HINT_SIEVE",
     "MARK",
+    "PEM_BEGIN",
     "RULES",
     "SECRET_KEYS",
     "SECRET_OPTIONS",

@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from forensics_parsers.sglang import LogParser, bulk, extract_batch, metrics, parser, runs
+from forensics_parsers.sglang import LogParser, bulk, extract_batch, metrics, native, parser, runs
 
 CHUNK = 4 << 20
 STAGES: list[tuple[Any, str, str]] = [
     (parser.LogParser, "split_lines", "split_lines (ingest: the reading thread)"),
+    (native, "scan", "· compiled line reader (native.py; None: absent or off)"),
     (parser, "chunk_lines", "· split at LF (polars' CSV reader or decode + split)"),
     (parser.LogParser, "_lines_of", "· lines frame (split, secrets, metrics test)"),
     (parser, "redact_lines", "· · secrets redaction"),
@@ -32,7 +33,7 @@ STAGES: list[tuple[Any, str, str]] = [
     (parser.LogParser, "_python_lines_between", "· rare lines through the rule table (Python)"),
     (parser.LogParser, "_python_lines", "· rare lines through the rule table (Python)"),
     (parser.LogParser, "_after_python", "· bulk lines' effect (runs, counts, order)"),
-    (parser.LogParser, "_batch_prepare", "· metrics lines: their runs"),
+    (metrics, "prepare", "· metrics lines: their runs"),
     (bulk, "lines_frame", "· `lines` frame"),
     (runs, "runs_frame", "· `runs` frame"),
 ]

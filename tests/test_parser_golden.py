@@ -3,6 +3,9 @@ fixture log, the classifier corpus, the benchmark's line mixes and every real lo
 ../shared/real-logs-dev parse to the same rows. A change is a deliberate fix: regenerate with
 ``python scripts/parser_digests.py --write`` and say why in the commit.
 
+Each runs over both paths of the line reader: the compiled one (parsers/sglang/native.py) and
+the pure one (``native.ENABLED`` off).
+
 The real corpus is found like tests/test_real_corpus_fields.py finds it (FORENSICS_NO_REAL_LOGS=1
 skips that part; without the corpus it fails).
 """
@@ -13,10 +16,23 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
+
+from forensics_parsers.sglang import native
 from scripts.parser_digests import GOLDEN, diff, digests, generated_logs, real_logs, repo_logs
 from scripts.real_fields import require_corpus
+from tests.test_parser_native import require_compiled
 
 WANT = json.loads(GOLDEN.read_text())
+
+
+@pytest.fixture(params=["compiled", "pure"], autouse=True)
+def reader(request, monkeypatch):
+    """The line reader the parse takes (tests/test_parser_native.py: when it is built)."""
+    if request.param == "compiled":
+        require_compiled()
+    monkeypatch.setattr(native, "ENABLED", request.param == "compiled")
+    return request.param
 
 
 def test_repository_logs_parse_to_the_frozen_rows():
@@ -37,6 +53,7 @@ def test_real_logs_parse_to_the_frozen_rows():
     assert diff(WANT["real"], got) == []
 
 
+@pytest.mark.parametrize("reader", ["pure"], indirect=True)
 def test_a_digest_sees_a_changed_value_but_not_a_reordering():
     import polars as pl
 

@@ -61,11 +61,12 @@ class Lines:
     record). Else ``other``: the non-metrics lines (``line``, ``text``); ``batch``: the
     metrics lines with their kind, head and timestamp read (``metrics.read_heads``), or None;
     ``quick``: ``bulk.split(other)`` when the bulk path was open as the chunk was split, else
-    None (``feed_lines`` decides again: the prefix finder may have learned since)."""
+    None (``feed_lines`` decides again: the prefix finder may have learned since); ``typed``:
+    the decode and prefill rows the compiled reader filled (native.py), or None."""
 
     ck: Chunk
     done: tuple[Frames, pl.DataFrame | None] | None = None
     other: pl.DataFrame | None = None
     batch: pl.DataFrame | None = None
-    n_decode: int = 0
     quick: tuple[pl.DataFrame, pl.DataFrame] | None = None
+    typed: tuple[pl.DataFrame, pl.DataFrame] | None = None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 import polars as pl
 
+from forensics_parsers.sglang import runs as runs_
 from forensics_parsers.sglang.frames import DECODE_SCHEMA, PREFILL_SCHEMA, empty
 
 # Key/value fields of Prefill/Decode batch lines that get their own column.
@@ -29,7 +31,24 @@ PREFILL_FIELDS: list[tuple[str, str, type]] = [
     ("queue_req", "#queue-req", int),
     ("input_throughput", "input throughput (token/s)", float),
 ]
-GRAPH_KEY = r"(?:cuda|cpu|npu|musa|xpu) graph"
+GRAPH_DEVICES = ("cuda", "cpu", "npu", "musa", "xpu")  # `<device> graph: True` -> cuda_graph
+GRAPH_KEY = r"(?:" + "|".join(GRAPH_DEVICES) + r") graph"
+# Keys SGLang writes with a plain number that have no column of their own: they go to `extra`
+# on every path; the compiled line reader (native.py) takes the lines that hold them (a line
+# with a key of no table is left to the polars path).
+EXTRA_KEYS = (
+    "#pending-token",
+    "pre-allocated usage",
+    "#prealloc-req",
+    "#transfer-req",
+    "#retracted-req",
+    "#inflight-req",
+    "#full token",
+    "full token usage",
+    "#swa token",
+    "swa token usage",
+)
+RANK_TAGS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")  # a rank tag: one of these + digits
 
 
 # Three steps. ``read_heads`` gives each metrics line its kind and timestamp, ``run_of_lines``
@@ -84,6 +103,44 @@ def run_of_lines(
     return batch.with_columns(pl.col("run_index").fill_null(start_run))
 
 
+def prepare(
+    runs: dict[int, dict],
+    batch: pl.DataFrame | None,
+    typed: tuple[pl.DataFrame, pl.DataFrame] | None,
+    boundaries: list[tuple[int, int]],
+    start_run: int,
+) -> tuple[pl.DataFrame | Prepared | None, int, int]:
+    """A chunk's metrics lines (``read_heads``' lines, the compiled reader's typed rows) with
+    their runs, the runs they extend touched -> (what ``extract_batch`` takes, or None; decode
+    lines, prefill lines)."""
+    touch: dict[str, list[pl.DataFrame]] = {"Decode": [], "Prefill": []}
+    parts = None
+    if batch is not None:
+        parts = run_of_lines(batch, boundaries, start_run)
+        for (which,), sub in (
+            parts.select("run_index", "line", "ts", "which")
+            .partition_by("which", as_dict=True, include_key=False)
+            .items()
+        ):
+            touch[which].append(sub)
+    if typed is not None:
+        typed = tuple(  # type: ignore[assignment]
+            run_of_lines(t, boundaries, start_run) if len(t) else t for t in typed
+        )
+        for which, t in zip(touch, typed):
+            if len(t):
+                touch[which].append(t.select("run_index", "line", "ts"))
+    counts = [sum(len(x) for x in touch[w]) for w in touch]
+    for frames_, kind in zip(touch.values(), ("decode", "prefill")):
+        if frames_:  # (the same aggregates over any order of the lines)
+            runs_.touch_lines(runs, pl.concat(frames_) if len(frames_) > 1 else frames_[0], kind)
+    if typed is not None:
+        if not any(counts):
+            return None, 0, 0
+        return Prepared(parts, typed), counts[0], counts[1]
+    return parts, counts[0], counts[1]
+
+
 def _heads(batch: pl.DataFrame) -> pl.DataFrame:
     """Split each line at its "Decode batch" / "Prefill batch" head with literal finds
     (regex-free: this runs on millions of lines; each find once, as a column: far cheaper
@@ -134,11 +191,27 @@ def _general_ts(hint: str) -> pl.Expr:
     )
 
 
-def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Prepared metrics lines (``prepare``) -> (decode, prefill) frames.
+@dataclass
+class Prepared:
+    """Metrics lines for ``extract_batch`` when the compiled line reader (native.py) typed
+    some of them: ``parts``, the lines for the polars path (or None), and ``typed``, the
+    decode and prefill rows the reader filled (with their runs)."""
+
+    parts: pl.DataFrame | None
+    typed: tuple[pl.DataFrame, pl.DataFrame]
+
+
+def extract_batch(parts: pl.DataFrame | Prepared | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Prepared metrics lines (``read_heads`` + ``run_of_lines``, or ``Prepared``) ->
+    (decode, prefill) frames.
 
     Pure: reads only its argument, so it may run in another thread than the parser's.
     """
+    if isinstance(parts, Prepared):
+        dec, pre = extract_batch(parts.parts)
+        return _with_typed(dec, parts.typed[0], DECODE_SCHEMA), _with_typed(
+            pre, parts.typed[1], PREFILL_SCHEMA
+        )
     if parts is None:
         return empty("decode"), empty("prefill")
     t = pl.col("text")
@@ -175,12 +248,21 @@ def extract_batch(parts: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFram
     return out[0], out[1]
 
 
-_RANK = r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)+)\]"  # the rank tags, first match in the prefix
+def _with_typed(done: pl.DataFrame, typed: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """The rows of the polars path and the compiled reader's, in line order."""
+    if typed.is_empty():
+        return done
+    typed = typed.select([pl.col(c).cast(dt_) for c, dt_ in schema.items()])
+    return typed if done.is_empty() else pl.concat([done, typed]).sort("line")
+
+
+_TAGS = "|".join(RANK_TAGS)
+_RANK = r"((?: (?:" + _TAGS + r")\d+)+)\]"  # the rank tags, first match in the prefix
 # SGLang's own head, `[YYYY-MM-DD HH:MM:SS( TPn...)] `: its tags are the first match of _RANK
 # (the only spaces before them are followed by digits), so they are cut by position
 _PLAIN_HEAD = (
     r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
-    r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)[0-9]+)*\] $"  # (ASCII: a byte per character)
+    r"(?: (?:" + _TAGS + r")[0-9]+)*\] $"  # (ASCII: a byte per character)
 )
 
 

@@ -17,7 +17,7 @@ from forensics_parsers import wrappers as W
 from forensics_parsers.prefixes import PrefixFinder
 from forensics_parsers.secrets import redact_lines
 from forensics_parsers.sglang import bulk as bulk_
-from forensics_parsers.sglang import metrics
+from forensics_parsers.sglang import metrics, native
 from forensics_parsers.sglang import runs as runs_
 from forensics_parsers.sglang import traceback as tb_
 from forensics_parsers.sglang.chunk import Chunk as _Chunk
@@ -72,9 +72,8 @@ class LogParser:
         bulk: bool = True,
     ):
         self.source = source
-        self.bulk = (
-            bulk  # common lines read in polars (parsers/sglang/bulk.py); False: all in Python
-        )
+        # common lines read in polars (parsers/sglang/bulk.py); False: all in Python
+        self.bulk = bulk
         self.name_pattern = name_pattern
         st = state or {}
         self.line_no: int = st.get("line_no", 0)  # physical lines consumed so far
@@ -228,20 +227,34 @@ class LogParser:
             frames.decode, frames.prefill = extract_batch(prepared)
         return frames
 
-    def _split(self, data: bytes, *, partial: bool) -> Lines:
+    def _split(self, data: bytes, *, partial: bool, compiled: bool = True) -> Lines:
         """Complete lines (or the partial last one) -> ``Lines`` (see ``split_lines``)."""
         ck = _Chunk()
-        lines_s, cr, self._json_carry = chunk_lines(
-            data, self._sniff or {}, self._json_carry, partial, ck.stats
-        )
-        if lines_s is None:
-            return Lines(ck, done=(Frames(stats=ck.stats), None))  # an unfinished record
-        df = self._lines_of(lines_s, ck, partial, cr)
+        sniff = self._sniff or {}
+        # the compiled reader (native.py) where it applies: the lines it types skip the rest
+        fast = native.scan(data, self.line_no + 1, sniff) if compiled else None
+        if fast is not None:
+            ck.stats.update(fast.stats)
+            df = self._lines_of(fast.other["text"], ck, partial, fast.cr, fast)
+        else:
+            lines_s, cr, self._json_carry = chunk_lines(
+                data, sniff, self._json_carry, partial, ck.stats
+            )
+            if lines_s is None:
+                return Lines(ck, done=(Frames(stats=ck.stats), None))  # an unfinished record
+            df = self._lines_of(lines_s, ck, partial, cr)
         batch = df.filter(pl.col("batch")).select("line", "text")
+        if fast is not None and not batch.is_empty():
+            # it handed back a metrics line: the polars path reads odd ones by the layout of
+            # the chunk's first (metrics.py), so it reads the chunk's metrics lines whole
+            self.line_no -= fast.n
+            return self._split(data, partial=partial, compiled=False)
         other = df.filter(~pl.col("batch")).select("line", "text")
         out = Lines(ck, other=other)
+        if fast is not None:
+            out.typed = (fast.decode, fast.prefill)
         if not batch.is_empty():
-            out.batch, out.n_decode = metrics.read_heads(batch, self.date_hint)
+            out.batch, _ = metrics.read_heads(batch, self.date_hint)
         if self._bulk_ok():  # ahead of time; feed_lines checks it still holds
             out.quick = bulk_.split(other, self.date_hint, MAX_LINE)
         return out
@@ -271,7 +284,9 @@ class LogParser:
 
         # 2) the vectorised path: Prefill / Decode batch lines
         # (runs and counts now; the fields by extract_batch, see feed_split)
-        prepared, n_decode, n_prefill = self._batch_prepare(lines, ck.boundaries, start_run)
+        prepared, n_decode, n_prefill = metrics.prepare(
+            self.runs, lines.batch, lines.typed, ck.boundaries, start_run
+        )
         ck.bump("decode", n_decode)
         ck.bump("prefill", n_prefill)
 
@@ -296,9 +311,12 @@ class LogParser:
             del self.runs[ri]
         return runs_.runs_frame(closed, self.source, self.name_pattern)
 
-    def _lines_of(self, lines_s: pl.Series, ck: _Chunk, partial: bool, cr: bool) -> pl.DataFrame:
+    def _lines_of(
+        self, lines_s: pl.Series, ck: _Chunk, partial: bool, cr: bool, fast: Any = None
+    ) -> pl.DataFrame:
         """The chunk's lines split at LF -> (``line``, ``text``, ``batch``: a metrics line),
-        secrets removed (``cr``: some line has a CR, stripped at its end)."""
+        secrets removed (``cr``: some line has a CR, stripped at its end). ``fast``: the chunk
+        as the compiled reader read it (``lines_s``: the lines it left; its own hold no secret)."""
         base = self.line_no
         sniff = self._sniff or {}
         wrapper = W.BY_NAME.get(sniff.get("wrapper") or "")
@@ -308,14 +326,13 @@ class LogParser:
         lines_s, n_secret = redact_lines(lines_s)
         if n_secret:
             ck.stats["lines_redacted"] = n_secret
-        n = len(lines_s)
+        n = len(lines_s) if fast is None else fast.n
         self.line_no += n
         ck.stats["lines_total"] = n
         if partial:
             ck.stats["partial_lines"] = 1
-        df = pl.DataFrame({"text": lines_s}).with_columns(
-            (pl.int_range(1, n + 1, dtype=pl.Int64) + base).alias("line")
-        )
+        nos = pl.int_range(1, n + 1, dtype=pl.Int64) + base if fast is None else fast.other["line"]
+        df = pl.DataFrame({"text": lines_s}).with_columns(nos.alias("line"))
         if cr:
             df = df.with_columns(pl.col("text").str.strip_chars_end("\r"))
         return df.with_columns(_IS_BATCH.alias("batch"))
@@ -568,21 +585,6 @@ class LogParser:
         if self._tb is not None:
             self._closed_tbs.append(tb_.closed_row(self._tb))
             self._tb = None
-
-    # -- metrics lines, vectorised: parsers/sglang/metrics.py ----------------------------
-    def _batch_prepare(
-        self, lines: Lines, boundaries: list[tuple[int, int]], start_run: int
-    ) -> tuple[pl.DataFrame | None, int, int]:
-        """-> (prepared lines or None, decode lines, prefill lines); touches the runs."""
-        if lines.batch is None:
-            return None, 0, 0
-        parts, n_dec = metrics.run_of_lines(lines.batch, boundaries, start_run), lines.n_decode
-        touch = parts.select("run_index", "line", "ts", "which")
-        if n_dec:
-            runs_.touch_lines(self.runs, touch.filter(pl.col("which") == "Decode"), "decode")
-        if n_dec < len(parts):
-            runs_.touch_lines(self.runs, touch.filter(pl.col("which") == "Prefill"), "prefill")
-        return parts, n_dec, len(parts) - n_dec
 
 
 def parse_bytes(data: bytes, source: str = "", *, name_pattern: str | None = None) -> Frames:

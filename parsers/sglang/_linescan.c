@@ -1,0 +1,755 @@
+/*
+ * The compiled line reader of the SGLang parser (optional: parsers/sglang/native.py loads it,
+ * and without it the parser runs its polars path, which gives the same rows).
+ *
+ * One pass over a chunk of valid UTF-8 without NUL bytes (any other chunk is left to the
+ * polars path whole: scan() returns None; that path counts what decoding it changes). The
+ * chunk is split at LF as
+ * parsers/sglang/text.py splits it (one trailing LF dropped, then every LF ends a line). Each
+ * line that is a `Decode batch` / `Prefill batch` line in SGLang's plain layout
+ *
+ *     [YYYY-MM-DD HH:MM:SS( TAGn)*] Decode batch( [N])?[.,] key: value(, key: value)*[, ]*
+ *
+ * with every key one of the tables configure() was given (a column, a graph key, or a key
+ * whose value goes to `extra`), each key once, and every value a plain number (digits, an
+ * optional fraction; integer columns: digits only, short enough to be exact) or True/False
+ * for the graph key, becomes a typed row of the decode or prefill table. Every other line
+ * (metrics lines off that layout included) goes to the `other` table with its line number,
+ * and the polars path reads it as before. So this code decides only what it can decide
+ * exactly as the polars path would; anything else is handed back.
+ *
+ * Values: integers are exact (at most 9 digits for Int32, 15 for Int64: below 2**53, where
+ * the polars path's cast through Float64 is exact); floats go through strtod, correctly
+ * rounded as polars' cast(Float64) is, and Float32 columns through the double as polars'
+ * cast does. Timestamps are checked (a real date and time) and given in microseconds.
+ *
+ * The tables come back through the Arrow C data interface: each is a struct array exported
+ * as a pair of PyCapsules ("arrow_schema", "arrow_array"), which polars imports without a
+ * copy of the numbers (numpy is not needed). The scan runs without the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) */
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+#define ARROW_FLAG_NULLABLE 2
+
+/* ---- growable byte buffers ------------------------------------------------------------ */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_reserve_slow(Buf *b, size_t extra) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_reserve(Buf *b, size_t extra) {
+    return b->len + extra <= b->cap ? 0 : buf_reserve_slow(b, extra);
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (buf_reserve(b, n)) return -1;
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+/* ---- columns and tables --------------------------------------------------------------- */
+/* column types: 'l' int64, 'i' int32, 'f' float32, 't' timestamp (us), 'b' bool, 's' utf8 */
+typedef struct {
+    char type;
+    char *name;
+    Buf data;    /* the values (a byte per row for 'b' until export; the bytes for 's') */
+    Buf offs;    /* 's': int32 offsets, n + 1 of them */
+    Buf valid;   /* a byte per row: 1 valid, 0 null (packed to bits at export) */
+    int64_t nulls;
+} Col;
+
+typedef struct {
+    int ncols;
+    Col *cols;
+    int64_t n;
+} Table;
+
+static int col_width(char type) {
+    switch (type) {
+    case 'l': case 't': return 8;
+    case 'i': case 'f': return 4;
+    case 'b': return 1;
+    default: return 0;
+    }
+}
+
+static int table_init(Table *t, int ncols, const char *types, char **names) {
+    t->ncols = ncols;
+    t->n = 0;
+    t->cols = calloc((size_t)ncols, sizeof(Col));
+    if (!t->cols) return -1;
+    for (int i = 0; i < ncols; i++) {
+        t->cols[i].type = types[i];
+        t->cols[i].name = strdup(names[i]);
+        if (!t->cols[i].name) return -1;
+        if (types[i] == 's') {
+            int32_t zero = 0;
+            if (buf_put(&t->cols[i].offs, &zero, 4)) return -1;
+        }
+    }
+    return 0;
+}
+
+static void table_free(Table *t) {
+    if (!t->cols) return;
+    for (int i = 0; i < t->ncols; i++) {
+        free(t->cols[i].name);
+        free(t->cols[i].data.p);
+        free(t->cols[i].offs.p);
+        free(t->cols[i].valid.p);
+    }
+    free(t->cols);
+    t->cols = NULL;
+}
+
+/* one value into a column: `v` points at the value (NULL: a null), `n` its length for 's' */
+static inline int col_put(Col *c, const void *v, size_t n) {
+    uint8_t ok = v != NULL;
+    if (buf_reserve(&c->valid, 1) || buf_reserve(&c->data, 8)) return -1;
+    c->valid.p[c->valid.len++] = ok;
+    if (!ok) c->nulls++;
+    if (c->type == 's') {
+        if (ok && buf_put(&c->data, v, n)) return -1;
+        if (c->data.len > INT32_MAX) return -1;
+        int32_t end = (int32_t)c->data.len;
+        return buf_put(&c->offs, &end, 4);
+    }
+    char *d = c->data.p + c->data.len;
+    switch (col_width(c->type)) { /* fixed sizes: plain moves, no call */
+    case 8: { uint64_t x = 0; if (ok) memcpy(&x, v, 8); memcpy(d, &x, 8); c->data.len += 8; break; }
+    case 4: { uint32_t x = 0; if (ok) memcpy(&x, v, 4); memcpy(d, &x, 4); c->data.len += 4; break; }
+    default: *d = ok ? *(const char *)v : 0; c->data.len += 1;
+    }
+    return 0;
+}
+
+/* a byte per row -> Arrow's bits (LSB first); NULL where every row is set */
+static uint8_t *pack_bits(const Buf *bytes, int64_t n, int64_t unset) {
+    uint8_t *bits = calloc((size_t)(n / 8 + 1), 1);
+    if (!bits) return NULL;
+    (void)unset;
+    for (int64_t i = 0; i < n; i++)
+        if (bytes->p[i]) bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    return bits;
+}
+
+/* ---- export: a table -> a struct array, its children the columns ---------------------- */
+typedef struct {
+    void *mem[3];
+    const void *bufs[3];
+} ChildData;
+
+static void release_child(struct ArrowArray *a) {
+    ChildData *d = a->private_data;
+    for (int i = 0; i < 3; i++) free(d->mem[i]);
+    free(d);
+    a->release = NULL;
+}
+
+static void release_parent(struct ArrowArray *a) {
+    for (int64_t i = 0; a->children && i < a->n_children; i++) {
+        struct ArrowArray *c = a->children[i];
+        if (c && c->release) c->release(c);
+        free(c);
+    }
+    free(a->children);
+    free(a->buffers);
+    a->release = NULL;
+}
+
+static void release_schema(struct ArrowSchema *s) {
+    for (int64_t i = 0; s->children && i < s->n_children; i++) {
+        struct ArrowSchema *c = s->children[i];
+        if (c && c->release) c->release(c);
+        free(c);
+    }
+    free(s->children);
+    free((void *)s->name);
+    s->release = NULL;
+}
+
+static const char *arrow_format(char type) {
+    switch (type) {
+    case 'l': return "l";
+    case 'i': return "i";
+    case 'f': return "f";
+    case 't': return "tsu:";
+    case 'b': return "b";
+    default: return "u";
+    }
+}
+
+/* the column's buffers move into the child array (the column is left empty) */
+static int export_col(Col *c, int64_t n, struct ArrowArray *a, struct ArrowSchema *s) {
+    ChildData *d = calloc(1, sizeof(ChildData));
+    if (!d) return -1;
+    if (c->nulls) {
+        d->mem[0] = pack_bits(&c->valid, n, c->nulls);
+        if (!d->mem[0]) { free(d); return -1; }
+    }
+    int nb = 2;
+    if (c->type == 's') {
+        d->mem[1] = c->offs.p;
+        d->mem[2] = c->data.p ? c->data.p : malloc(1);
+        c->offs.p = c->data.p = NULL;
+        nb = 3;
+    } else if (c->type == 'b') {
+        d->mem[1] = pack_bits(&c->data, n, 0);
+        free(c->data.p);
+        c->data.p = NULL;
+    } else {
+        d->mem[1] = c->data.p ? c->data.p : malloc(8);
+        c->data.p = NULL;
+    }
+    for (int i = 0; i < 3; i++) d->bufs[i] = d->mem[i];
+    *a = (struct ArrowArray){n, c->nulls, 0, nb, 0, d->bufs, NULL, NULL, release_child, d};
+    *s = (struct ArrowSchema){arrow_format(c->type), strdup(c->name), NULL, ARROW_FLAG_NULLABLE,
+                              0, NULL, NULL, release_schema, NULL};
+    return (d->mem[1] && s->name) ? 0 : -1;
+}
+
+static void capsule_schema_free(PyObject *cap) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(cap, "arrow_schema");
+    if (s && s->release) s->release(s);
+    free(s);
+}
+
+static void capsule_array_free(PyObject *cap) {
+    struct ArrowArray *a = PyCapsule_GetPointer(cap, "arrow_array");
+    if (a && a->release) a->release(a);
+    free(a);
+}
+
+/* a table -> (schema capsule, array capsule); the table is emptied */
+static PyObject *export_table(Table *t) {
+    int nc = t->ncols;
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    if (!s || !a) goto fail;
+    *s = (struct ArrowSchema){"+s", strdup(""), NULL, 0, nc, calloc((size_t)nc, sizeof(void *)),
+                              NULL, release_schema, NULL};
+    *a = (struct ArrowArray){t->n, 0, 0, 1, nc, calloc(1, sizeof(void *)),
+                             calloc((size_t)nc, sizeof(void *)), NULL, release_parent, NULL};
+    if (!s->children || !a->children || !a->buffers || !s->name) goto fail;
+    for (int i = 0; i < nc; i++) {
+        s->children[i] = calloc(1, sizeof(struct ArrowSchema));
+        a->children[i] = calloc(1, sizeof(struct ArrowArray));
+        if (!s->children[i] || !a->children[i]) goto fail;
+        if (export_col(&t->cols[i], t->n, a->children[i], s->children[i])) goto fail;
+    }
+    PyObject *cs = PyCapsule_New(s, "arrow_schema", capsule_schema_free);
+    if (!cs) goto fail;
+    PyObject *ca = PyCapsule_New(a, "arrow_array", capsule_array_free);
+    if (!ca) { Py_DECREF(cs); return NULL; } /* s is freed by its capsule; a leaks on OOM */
+    return Py_BuildValue("(NN)", cs, ca);
+fail:
+    if (s && s->release) s->release(s);
+    if (a && a->release) a->release(a);
+    free(s);
+    free(a);
+    return PyErr_NoMemory();
+}
+
+/* ---- the layout tables (configure) ---------------------------------------------------- */
+#define MAX_KEYS 64
+#define MAX_COLS 48
+enum { K_COL = 0, K_GRAPH = 1, K_EXTRA = 2 };
+
+typedef struct {
+    char *text;
+    size_t len;
+    int role; /* K_COL, K_GRAPH, K_EXTRA */
+    int col;  /* K_COL: the field's index in the kind's fields */
+} Key;
+
+typedef struct {
+    char *head; /* "Decode batch" */
+    size_t head_len;
+    int nfields;
+    char ftype[MAX_COLS]; /* 'i' / 'l' / 'f' per field */
+    char *fname[MAX_COLS];
+    int nkeys;
+    Key keys[MAX_KEYS];
+} Kind;
+
+static Kind kinds[2];
+static int nkinds = 0;
+static char *tags[16];
+static size_t tag_len[16];
+static int ntags = 0;
+
+/* ---- one metrics line ----------------------------------------------------------------- */
+#define EXTRA_MAX 512
+typedef struct {
+    int kind;
+    int64_t ts;
+    const char *rank;
+    size_t rank_len;
+    int64_t iter; /* -1: none */
+    int has[MAX_COLS];
+    int64_t ival[MAX_COLS];
+    double fval[MAX_COLS];
+    int graph; /* -1 none, 0 False, 1 True */
+    char extra[EXTRA_MAX];
+    size_t extra_len;
+} Row;
+
+static int digits(const char *p, const char *end, int max) {
+    int n = 0;
+    while (p + n < end && p[n] >= '0' && p[n] <= '9') n++;
+    return n <= max ? n : -1;
+}
+
+static int num2(const char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
+
+static int64_t days_from_civil(int y, int m, int d) {
+    y -= m <= 2;
+    int era = (y >= 0 ? y : y - 399) / 400;
+    int yoe = y - era * 400;
+    int doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return (int64_t)era * 146097 + doe - 719468;
+}
+
+/* `[YYYY-MM-DD HH:MM:SS` at p (20 bytes): a real date and time -> microseconds, else -1 */
+static int read_ts(const char *p, const char *end, int64_t *out) {
+    static const char shape[] = "[0000-00-00 00:00:00";
+    if (end - p < 20) return -1;
+    for (int i = 0; i < 20; i++) {
+        if (shape[i] == '0' ? (p[i] < '0' || p[i] > '9') : p[i] != shape[i]) return -1;
+    }
+    int y = num2(p + 1) * 100 + num2(p + 3), mo = num2(p + 6), d = num2(p + 9);
+    int h = num2(p + 12), mi = num2(p + 15), s = num2(p + 18);
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1000 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 59) return -1;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > mdays[mo - 1] + (mo == 2 && leap)) return -1;
+    *out = ((days_from_civil(y, mo, d) * 86400) + h * 3600 + mi * 60 + s) * 1000000LL;
+    return 0;
+}
+
+/* a plain number `[0-9]+(\.[0-9]+)?` at p -> its length, else -1 */
+static int plain_number(const char *p, const char *end) {
+    int n = digits(p, end, 30);
+    if (n <= 0) return -1;
+    if (p + n < end && p[n] == '.') {
+        int f = digits(p + n + 1, end, 30);
+        if (f <= 0) return -1;
+        n += 1 + f;
+    }
+    return n <= 30 ? n : -1;
+}
+
+/* a plain number of n bytes -> the double nearest to it, as strtod (and polars) give it.
+ * With at most 15 significant digits the digits are an exact double m, and 10**k (k <= 22)
+ * is exact too, so m / 10**k, one IEEE division, is the correctly rounded value (Clinger's
+ * fast path); other numbers go through strtod, correctly rounded in glibc. */
+static double to_double(const char *v, int n) {
+    static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int64_t m = 0;
+    int ndig = 0, frac = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i] == '.') { frac = 0; continue; }
+        m = m * 10 + (v[i] - '0');
+        if (m) ndig++; /* significant digits (leading zeros are not) */
+        if (frac >= 0) frac++;
+        if (ndig > 15) break;
+    }
+    if (ndig <= 15 && frac <= 22) return (double)m / pow10[frac > 0 ? frac : 0];
+    char tmp[32];
+    memcpy(tmp, v, (size_t)n);
+    tmp[n] = 0;
+    return strtod(tmp, NULL);
+}
+
+static const Key *find_key(const Kind *k, const char *p, size_t n, int *hint) {
+    if (*hint >= 0 && *hint < k->nkeys) {
+        const Key *h = &k->keys[*hint];
+        if (h->len == n && memcmp(h->text, p, n) == 0) return h;
+    }
+    for (int i = 0; i < k->nkeys; i++) {
+        if (k->keys[i].len == n && memcmp(k->keys[i].text, p, n) == 0) {
+            *hint = i;
+            return &k->keys[i];
+        }
+    }
+    return NULL;
+}
+
+/* `key: value` fields from p to end into r (1: all of them read, 0: off the layout) */
+static int read_fields(const Kind *k, const char *p, const char *end, Row *r, int *hints) {
+    uint64_t seen = 0;
+    int nf = 0;
+    for (;;) {
+        const char *colon = memchr(p, ':', (size_t)(end - p));
+        if (!colon || colon == p || colon + 1 >= end || colon[1] != ' ') return 0;
+        const Key *key = find_key(k, p, (size_t)(colon - p), &hints[nf < MAX_KEYS ? nf : 0]);
+        if (!key) return 0;
+        int id = (int)(key - k->keys);
+        if (seen & (1ull << id)) return 0;
+        seen |= 1ull << id;
+        const char *v = colon + 2;
+        int n;
+        if (key->role == K_GRAPH) {
+            if (r->graph >= 0) return 0; /* two graph keys: the polars paths differ */
+            if (end - v >= 4 && memcmp(v, "True", 4) == 0) { r->graph = 1; n = 4; }
+            else if (end - v >= 5 && memcmp(v, "False", 5) == 0) { r->graph = 0; n = 5; }
+            else return 0;
+        } else if (key->role == K_COL && k->ftype[key->col] != 'f') {
+            n = digits(v, end, k->ftype[key->col] == 'i' ? 9 : 15);
+            if (n <= 0) return 0;
+            int64_t x = 0;
+            for (int i = 0; i < n; i++) x = x * 10 + (v[i] - '0');
+            r->ival[key->col] = x;
+            r->has[key->col] = 1;
+        } else {
+            n = plain_number(v, end);
+            if (n < 0) return 0;
+            if (key->role == K_COL) {
+                r->fval[key->col] = to_double(v, n);
+                r->has[key->col] = 1;
+            } else { /* `"key": value` into extra (keys hold no quote or backslash) */
+                size_t need = key->len + (size_t)n + 8;
+                if (r->extra_len + need >= EXTRA_MAX) return 0;
+                char *e = r->extra + r->extra_len;
+                *e++ = r->extra_len ? ',' : '{';
+                if (r->extra_len) *e++ = ' ';
+                *e++ = '"';
+                memcpy(e, key->text, key->len);
+                e += key->len;
+                *e++ = '"'; *e++ = ':'; *e++ = ' ';
+                memcpy(e, v, (size_t)n);
+                e += n;
+                r->extra_len = (size_t)(e - r->extra);
+            }
+        }
+        nf++;
+        p = v + n;
+        const char *q = p;
+        while (q < end && (*q == ',' || *q == ' ')) q++;
+        if (q == end) return 1; /* the end, maybe after a ragged ", " */
+        if (end - p < 3 || p[0] != ',' || p[1] != ' ' || p[2] == ' ' || p[2] == ',') return 0;
+        p += 2;
+    }
+}
+
+/* one line: a metrics line of the plain layout -> 1 and r filled; else 0 */
+static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_KEYS]) {
+    if (end - p < 40 || p[0] != '[') return 0;
+    if (read_ts(p, end, &r->ts)) return 0;
+    const char *q = p + 20;
+    r->rank = q + 1;
+    while (q < end && *q == ' ') { /* rank tags: ` TP3`, ` DP1 TP3` */
+        q++;
+        int t;
+        for (t = 0; t < ntags; t++)
+            if ((size_t)(end - q) > tag_len[t] && memcmp(q, tags[t], tag_len[t]) == 0) break;
+        if (t == ntags) return 0;
+        q += tag_len[t];
+        int n = digits(q, end, 9);
+        if (n <= 0) return 0;
+        q += n;
+    }
+    r->rank_len = q > p + 20 ? (size_t)(q - r->rank) : 0;
+    if (end - q < 2 || q[0] != ']' || q[1] != ' ') return 0;
+    q += 2;
+    for (r->kind = 0; r->kind < nkinds; r->kind++) {
+        const Kind *k = &kinds[r->kind];
+        if ((size_t)(end - q) > k->head_len && memcmp(q, k->head, k->head_len) == 0) break;
+    }
+    if (r->kind == nkinds) return 0;
+    q += kinds[r->kind].head_len;
+    r->iter = -1;
+    if (end - q > 2 && q[0] == ' ' && q[1] == '[') { /* `[N]` iteration tag */
+        int n = digits(q + 2, end, 18);
+        if (n <= 0 || q + 2 + n >= end || q[2 + n] != ']') return 0;
+        r->iter = 0;
+        for (int i = 0; i < n; i++) r->iter = r->iter * 10 + (q[2 + i] - '0');
+        q += 3 + n;
+    }
+    if (end - q < 3 || (q[0] != '.' && q[0] != ',') || q[1] != ' ') return 0;
+    const Kind *k = &kinds[r->kind];
+    memset(r->has, 0, sizeof(int) * (size_t)k->nfields);
+    r->graph = -1;
+    r->extra_len = 0;
+    if (!read_fields(k, q + 2, end, r, hints[r->kind])) return 0;
+    if (r->extra_len) r->extra[r->extra_len++] = '}';
+    return 1;
+}
+
+/* the row into its kind's table: line, ts, rank, iter, the fields, cuda_graph, extra */
+static int put_row(Table *t, const Kind *k, int64_t line, const Row *r) {
+    Col *c = t->cols;
+    int bad = col_put(&c[0], &line, 0) || col_put(&c[1], &r->ts, 0) ||
+              col_put(&c[2], r->rank, r->rank_len) ||
+              col_put(&c[3], r->iter >= 0 ? &r->iter : NULL, 0);
+    for (int i = 0; i < k->nfields && !bad; i++) {
+        Col *f = &c[4 + i];
+        if (!r->has[i]) { bad = col_put(f, NULL, 0); continue; }
+        int32_t i32 = (int32_t)r->ival[i];
+        float f32 = (float)r->fval[i];
+        if (k->ftype[i] == 'i') bad = col_put(f, &i32, 0);
+        else if (k->ftype[i] == 'l') bad = col_put(f, &r->ival[i], 0);
+        else bad = col_put(f, &f32, 0);
+    }
+    uint8_t g = r->graph == 1;
+    bad = bad || col_put(&c[4 + k->nfields], r->graph >= 0 ? &g : NULL, 0);
+    bad = bad || col_put(&c[5 + k->nfields], r->extra_len ? r->extra : NULL, r->extra_len);
+    if (!bad) t->n++;
+    return bad ? -1 : 0;
+}
+
+static int kind_table(Table *t, const Kind *k) {
+    char types[MAX_COLS + 8];
+    char *names[MAX_COLS + 8];
+    static char *fixed[] = {"line", "ts", "rank", "iter"};
+    memcpy(types, "ltsl", 4);
+    for (int i = 0; i < 4; i++) names[i] = fixed[i];
+    for (int i = 0; i < k->nfields; i++) {
+        types[4 + i] = k->ftype[i];
+        names[4 + i] = k->fname[i];
+    }
+    types[4 + k->nfields] = 'b';
+    names[4 + k->nfields] = "cuda_graph";
+    types[5 + k->nfields] = 's';
+    names[5 + k->nfields] = "extra";
+    return table_init(t, k->nfields + 6, types, names);
+}
+
+/* ---- scan(data, first_line) ----------------------------------------------------------- */
+/* valid UTF-8 (as Python's strict decoder takes it) without NUL: 1, else 0 */
+static int plain_text(const char *s, Py_ssize_t n) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
+    while (p < end) {
+        uint64_t w; /* eight ASCII bytes, none of them NUL, at once */
+        while (end - p >= 8) {
+            memcpy(&w, p, 8);
+            if ((w | ((w - 0x0101010101010101ull) & ~w)) & 0x8080808080808080ull) break;
+            p += 8;
+        }
+        if (p == end) break;
+        unsigned char c = *p;
+        if (c < 0x80) {
+            if (c == 0) return 0;
+            p++;
+            continue;
+        }
+        int len;
+        unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+        if (c >= 0xc2 && c <= 0xdf) len = 2;
+        else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0) lo = 0xa0;      /* no overlong form */
+            else if (c == 0xed) hi = 0x9f; /* no surrogate */
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0) lo = 0x90;
+            else if (c == 0xf4) hi = 0x8f; /* at most U+10FFFF */
+        } else return 0;
+        if (end - p < len || p[1] < lo || p[1] > hi) return 0;
+        for (int i = 2; i < len; i++)
+            if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+        p += len;
+    }
+    return 1;
+}
+
+/* the lines of [p, p+n) into the tables; -1 out of memory */
+static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, Table *out) {
+    const char *end = p + n;
+    if (n && end[-1] == '\n') end--; /* one trailing LF ends the last line */
+    int hints[2][MAX_KEYS];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < MAX_KEYS; j++) hints[i][j] = -1;
+    Row r;
+    int64_t line = first;
+    for (;;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *e = nl ? nl : end;
+        if (read_metrics(p, e, &r, hints)) {
+            if (put_row(&out[r.kind], &kinds[r.kind], line, &r)) return -1;
+        } else {
+            if (col_put(&other->cols[0], &line, 0) || col_put(&other->cols[1], p, (size_t)(e - p)))
+                return -1;
+            other->n++;
+        }
+        line++;
+        if (!nl) return 0;
+        p = nl + 1;
+    }
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long first;
+    if (!PyArg_ParseTuple(args, "y*L", &buf, &first)) return NULL;
+    if (nkinds != 2) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_RuntimeError, "_linescan: configure() was not called");
+        return NULL;
+    }
+    const char *p = buf.buf;
+    Py_ssize_t n = buf.len;
+    Table other = {0}, out[2] = {{0}, {0}};
+    static char *other_names[] = {"line", "text"};
+    int ok = 0, oom = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (n > 0 && n < INT32_MAX && plain_text(p, n)) {
+        ok = 1;
+        oom = table_init(&other, 2, "ls", other_names) || kind_table(&out[0], &kinds[0]) ||
+              kind_table(&out[1], &kinds[1]) || scan_lines(p, n, first, &other, out);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyObject *res = NULL;
+    if (oom) {
+        PyErr_NoMemory();
+    } else if (!ok) {
+        res = Py_NewRef(Py_None);
+    } else {
+        PyObject *a = export_table(&other);
+        PyObject *b = a ? export_table(&out[0]) : NULL;
+        PyObject *c = b ? export_table(&out[1]) : NULL;
+        if (c) res = Py_BuildValue("(NNN)", a, b, c);
+        else { Py_XDECREF(a); Py_XDECREF(b); }
+    }
+    table_free(&other);
+    table_free(&out[0]);
+    table_free(&out[1]);
+    return res;
+}
+
+/* ---- configure(kinds, graph_keys, extra_keys, tags) ----------------------------------- */
+static char *dup_str(PyObject *o, size_t *len) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!s) return NULL;
+    char *d = malloc((size_t)n + 1);
+    if (!d) return (char *)PyErr_NoMemory();
+    memcpy(d, s, (size_t)n + 1);
+    if (len) *len = (size_t)n;
+    return d;
+}
+
+static int add_key(Kind *k, PyObject *text, int role, int col) {
+    if (k->nkeys >= MAX_KEYS) {
+        PyErr_SetString(PyExc_ValueError, "_linescan: too many keys");
+        return -1;
+    }
+    Key *key = &k->keys[k->nkeys];
+    key->text = dup_str(text, &key->len);
+    if (!key->text) return -1;
+    key->role = role;
+    key->col = col;
+    k->nkeys++;
+    return 0;
+}
+
+/* kinds: [(head, [(column, key, type), ...]), ...] (two: decode, prefill) */
+static int configure_kind(Kind *k, PyObject *spec, PyObject *graph, PyObject *extra) {
+    PyObject *head, *fields;
+    if (!PyArg_ParseTuple(spec, "UO!", &head, &PyList_Type, &fields)) return -1;
+    k->head = dup_str(head, &k->head_len);
+    if (!k->head) return -1;
+    k->nfields = (int)PyList_GET_SIZE(fields);
+    if (k->nfields > MAX_COLS) {
+        PyErr_SetString(PyExc_ValueError, "_linescan: too many fields");
+        return -1;
+    }
+    for (int i = 0; i < k->nfields; i++) {
+        PyObject *name, *key;
+        const char *type;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, i), "UUs", &name, &key, &type)) return -1;
+        if (strlen(type) != 1 || !strchr("ilf", type[0])) {
+            PyErr_SetString(PyExc_ValueError, "_linescan: a field's type is one of i, l, f");
+            return -1;
+        }
+        k->ftype[i] = type[0];
+        k->fname[i] = dup_str(name, NULL);
+        if (!k->fname[i] || add_key(k, key, K_COL, i)) return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(graph); i++)
+        if (add_key(k, PyList_GET_ITEM(graph, i), K_GRAPH, -1)) return -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(extra); i++)
+        if (add_key(k, PyList_GET_ITEM(extra, i), K_EXTRA, -1)) return -1;
+    return 0;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *spec, *graph, *extra, *tag_list;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &spec, &PyList_Type, &graph,
+                          &PyList_Type, &extra, &PyList_Type, &tag_list))
+        return NULL;
+    if (nkinds || PyList_GET_SIZE(spec) != 2 || PyList_GET_SIZE(tag_list) > 16) {
+        PyErr_SetString(PyExc_ValueError, "_linescan: configured once, with two kinds");
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++)
+        if (configure_kind(&kinds[i], PyList_GET_ITEM(spec, i), graph, extra)) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tag_list); i++) {
+        tags[i] = dup_str(PyList_GET_ITEM(tag_list, i), &tag_len[i]);
+        if (!tags[i]) return NULL;
+        ntags++;
+    }
+    nkinds = 2;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(kinds, graph_keys, extra_keys, tags): the layout tables (once)."},
+    {"scan", scan, METH_VARARGS,
+     "scan(data, first_line) -> None (not UTF-8, or a NUL) or (other, decode, prefill), each a "
+     "(schema, array) pair of Arrow C data capsules."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_linescan",
+                                    "The compiled line reader of the SGLang parser.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__linescan(void) { return PyModule_Create(&module); }
