@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from forensics_parsers.sglang import native
 from tests.conftest import FIXTURES, ROOT
 
 SETUPTOOLS_WARNINGS = ("SetuptoolsDeprecationWarning", "SetuptoolsWarning", "warning: ")
@@ -29,7 +30,7 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     src = out / "src"  # a copy: pip builds in place, and the checkout gets no build/ folder
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy(ROOT / name, src / name)
     for pkg in ("forensics", "parsers"):
@@ -59,6 +60,9 @@ def test_the_wheel_holds_every_package_and_its_data(wheel):
     )  # the parsers install under the project's name, never as a generic `parsers`
     assert "forensics/data/phase-model.json" in names
     assert any(n.startswith("forensics/data/corpus/") for n in names)
+    if native._linescan is not None:  # a compiler here: the wheel has the compiled reader
+        assert any(n.startswith("forensics_parsers/sglang/_linescan.") for n in names)
+    assert not any(n.endswith(".c") for n in names)  # its source stays out
 
 
 def test_the_wheel_works_outside_the_checkout(wheel, tmp_path):
@@ -99,6 +103,11 @@ def test_the_wheel_works_outside_the_checkout(wheel, tmp_path):
         cwd=work, env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert where.startswith(site) and not where.startswith(str(ROOT)), where
+    compiled = subprocess.run(
+        [str(py), "-c", "from forensics_parsers.sglang import native; print(native._linescan)"],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert (site in compiled) == (native._linescan is not None), compiled  # the wheel's own
     no_parsers = subprocess.run([str(py), "-c", "import parsers"], cwd=work, env=env)
     assert no_parsers.returncode != 0  # no generic top-level name claimed
     run("ingest", "*.log")
