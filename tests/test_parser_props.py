@@ -1,5 +1,6 @@
 """Property tests for the streaming parser: any bytes in, no crash, every line accounted for,
-streaming == batch, and resuming from ``state()`` == one pass."""
+streaming == batch, and resuming from ``state()`` == one pass; each over both line readers
+(the compiled one of parsers/sglang/native.py, where built, and the pure one)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics_parsers.sglang import Frames, LogParser, parse_bytes
+from forensics_parsers.sglang import Frames, LogParser, native, parse_bytes
 from forensics_parsers.wrappers import cr_to_lf, lone_cr, sniff_window
 from tests import rewrap
+from tests.test_parser_native import require_compiled
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 SAMPLES = [
@@ -56,6 +59,18 @@ any_bytes = st.one_of(
     st.lists(st.sampled_from(PIECES), max_size=30).map(b"".join),
     st.sampled_from(SAMPLES),
 )
+
+
+@pytest.fixture(params=["compiled", "pure"], autouse=True)
+def reader(request):
+    """Every test of the module over both line readers (a plain set and restore: hypothesis
+    runs many examples per call of a function-scoped fixture)."""
+    if request.param == "compiled":
+        require_compiled()
+    was = native.ENABLED
+    native.ENABLED = request.param == "compiled"
+    yield request.param
+    native.ENABLED = was
 
 
 def physical_lines(data: bytes) -> int:
