@@ -245,21 +245,25 @@ def test_classify_memory_is_bounded_by_a_run_not_the_file(tmp_path):
 
 
 def test_streamed_classify_agrees_with_the_whole_parse_on_real_logs(shared_dir, monkeypatch):
-    """Streaming one run at a time (2 KiB chunks here, so runs and tracebacks straddle chunk
-    ends) gives exactly the verdicts of parsing the whole file: the 68 real logs and the
-    fixtures."""
+    """Streaming one run at a time (2 KiB chunks for files up to 64 KiB, 32 KiB above, so runs
+    and tracebacks straddle chunk ends) gives exactly the verdicts of parsing the whole file
+    in ingest's own chunks: the 68 real logs and the fixtures."""
     from forensics import classifier as C
     from forensics import logsource
 
-    monkeypatch.setattr(logsource, "READ_CHUNK", 2048)
     model = C.load_model(None)
     files = sorted((shared_dir / "real-logs-dev").glob("*.log")) + sorted(FIX.glob("*.log*"))
     checked = 0
+    whole_chunk = logsource.READ_CHUNK
     for f in files:
         if f.name == "binary.log":
             continue
+        monkeypatch.setattr(logsource, "READ_CHUNK", whole_chunk)
         src = open_log(LocalHost(), str(f))
         whole = C.analyses_for(C.parse_path(f), src.where, mtime=src.stat.mtime)
+        small = 2048 if f.stat().st_size <= 65536 else 32768
+        monkeypatch.setattr(logsource, "READ_CHUNK", small)
+        src = open_log(LocalHost(), str(f))
         want = [C.verdict(a, model).as_dict() for a in whole]
         assert [v.as_dict() for v in C.classify_source(src, model)] == want, f
         checked += 1
