@@ -27,9 +27,17 @@ def _runs(home: Path) -> list[dict]:
     return json.loads(_cli(home, "runs", "--json").stdout)
 
 
-def _cut(data: bytes) -> int:
-    """An offset at a line's end near the middle of ``data``."""
-    return data.index(b"\n", len(data) // 2) + 1
+def _first_half_ingested(tmp_path: Path) -> tuple[bytes, bytes, Path, Path]:
+    """A log's first half (cut at a line's end near its middle) as ``logs/a.log``, ingested
+    into the store ``st``: (first half, second half, the logs folder, the store's home)."""
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    cut = full.index(b"\n", len(full) // 2) + 1
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_bytes(full[:cut])
+    home = tmp_path / "st"
+    _cli(home, "ingest", str(logs))
+    return full[:cut], full[cut:], logs, home
 
 
 def _key(rows: list[dict]) -> list[tuple]:
@@ -43,29 +51,23 @@ def _key(rows: list[dict]) -> list[tuple]:
 def test_a_log_renamed_then_grown_is_the_same_log_continued(tmp_path):
     """``mv a.log c.log`` then the server appends: one launch (stored as ``a``), its rows those
     of the whole file ingested at once, not a second run ``c`` beside ``a``."""
-    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
-    cut = _cut(full)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.log").write_bytes(full[:cut])
-    home = tmp_path / "st"
-    _cli(home, "ingest", str(logs))
+    head, rest, logs, home = _first_half_ingested(tmp_path)
     os.rename(logs / "a.log", logs / "c.log")
     with open(logs / "c.log", "ab") as f:
-        f.write(full[cut:])
+        f.write(rest)
     p = _cli(home, "ingest", str(logs))
     assert "renamed and grown" in p.stderr
     got = _runs(home)
     assert [r["name"] for r in got] == ["a"]
     ref_logs = tmp_path / "ref"
     ref_logs.mkdir()
-    (ref_logs / "a.log").write_bytes(full)
+    (ref_logs / "a.log").write_bytes(head + rest)
     _cli(tmp_path / "ref-st", "ingest", str(ref_logs))
     assert _key(got) == _key(_runs(tmp_path / "ref-st"))
     # unchanged since: recognised again, nothing added; then grown once more
     assert "renamed" in _cli(home, "ingest", str(logs)).stderr
     with open(logs / "c.log", "ab") as f:
-        f.write(full[cut:])
+        f.write(rest)
     _cli(home, "ingest", str(logs))
     assert [r["name"] for r in _runs(home)] == ["a"]
     _cli(home, "store", "check")
@@ -74,32 +76,20 @@ def test_a_log_renamed_then_grown_is_the_same_log_continued(tmp_path):
 def test_a_copy_that_grows_is_another_log(tmp_path):
     """A copy is another file (another inode), even when the original is gone: its own
     source, the original's run kept (decided: identity is the file, not its content)."""
-    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
-    cut = _cut(full)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.log").write_bytes(full[:cut])
-    home = tmp_path / "st"
-    _cli(home, "ingest", str(logs))
+    _, rest, logs, home = _first_half_ingested(tmp_path)
     shutil.copy(logs / "a.log", logs / "c.log")
     (logs / "a.log").unlink()
     with open(logs / "c.log", "ab") as f:
-        f.write(full[cut:])
+        f.write(rest)
     _cli(home, "ingest", str(logs))
     assert sorted(r["name"] for r in _runs(home)) == ["a", "c"]
 
 
 def test_a_hard_link_grown_through_its_other_name_is_one_log(tmp_path):
-    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
-    cut = _cut(full)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "a.log").write_bytes(full[:cut])
-    home = tmp_path / "st"
-    _cli(home, "ingest", str(logs))
+    _, rest, logs, home = _first_half_ingested(tmp_path)
     os.link(logs / "a.log", logs / "b.log")
     with open(logs / "b.log", "ab") as f:
-        f.write(full[cut:])
+        f.write(rest)
     _cli(home, "ingest", str(logs))
     assert [r["name"] for r in _runs(home)] == ["a"]
 
