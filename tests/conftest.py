@@ -54,3 +54,30 @@ def shared_dir() -> Path:
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
+
+
+def require_compiled() -> None:
+    """Skip where the parser's compiled line reader was not built (no C compiler at install);
+    CI sets FORENSICS_REQUIRE_NATIVE=1, so there its absence fails."""
+    from forensics_parsers.sglang import native
+
+    if native._linescan is None:
+        if env_flag("FORENSICS_REQUIRE_NATIVE"):
+            pytest.fail("the compiled line reader (forensics_parsers.sglang._linescan) is absent")
+        pytest.skip("the compiled line reader is not built")
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def reader(request):
+    """The line reader a parse takes: the compiled one (parsers/sglang/native.py; skipped where
+    it is not built) or the pure one. A module runs every test over both with
+    ``pytestmark = pytest.mark.usefixtures("reader")``. A plain set and restore, not
+    monkeypatch: hypothesis runs many examples per call of a function-scoped fixture."""
+    from forensics_parsers.sglang import native
+
+    if request.param == "compiled":
+        require_compiled()
+    was = native.ENABLED
+    native.ENABLED = request.param == "compiled"
+    yield request.param
+    native.ENABLED = was

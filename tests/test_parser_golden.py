@@ -18,21 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from forensics_parsers.sglang import native
 from scripts.parser_digests import GOLDEN, diff, digests, generated_logs, real_logs, repo_logs
 from scripts.real_fields import require_corpus
-from tests.test_parser_native import require_compiled
 
 WANT = json.loads(GOLDEN.read_text())
 
 
-@pytest.fixture(params=["compiled", "pure"], autouse=True)
-def reader(request, monkeypatch):
-    """The line reader the parse takes (tests/test_parser_native.py: when it is built)."""
-    if request.param == "compiled":
-        require_compiled()
-    monkeypatch.setattr(native, "ENABLED", request.param == "compiled")
-    return request.param
+pytestmark = pytest.mark.usefixtures("reader")  # both line readers (tests/conftest.py)
 
 
 def test_repository_logs_parse_to_the_frozen_rows():

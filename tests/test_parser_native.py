@@ -28,18 +28,8 @@ from forensics_parsers.sglang.metrics import (
     RANK_TAGS,
 )
 from scripts.parser_digests import _canon
-from tests.conftest import env_flag
+from tests.conftest import require_compiled
 from tests.test_parser_bulk import HEAD, LINES, parse
-
-
-def require_compiled() -> None:
-    """Skip where the module was not built (no C compiler at install); CI sets
-    FORENSICS_REQUIRE_NATIVE=1, so there its absence fails."""
-    if native._linescan is None:
-        if env_flag("FORENSICS_REQUIRE_NATIVE"):
-            pytest.fail("the compiled line reader (forensics_parsers.sglang._linescan) is absent")
-        pytest.skip("the compiled line reader is not built")
-
 
 KEYS = (
     [k for _, k, _ in DECODE_FIELDS + PREFILL_FIELDS]

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics_parsers.sglang import Frames, LogParser, native, parse_bytes
+from forensics_parsers.sglang import Frames, LogParser, parse_bytes
 from forensics_parsers.wrappers import cr_to_lf, lone_cr, sniff_window
 from tests import rewrap
-from tests.test_parser_native import require_compiled
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 SAMPLES = [
@@ -61,16 +60,7 @@ any_bytes = st.one_of(
 )
 
 
-@pytest.fixture(params=["compiled", "pure"], autouse=True)
-def reader(request):
-    """Every test of the module over both line readers (a plain set and restore: hypothesis
-    runs many examples per call of a function-scoped fixture)."""
-    if request.param == "compiled":
-        require_compiled()
-    was = native.ENABLED
-    native.ENABLED = request.param == "compiled"
-    yield request.param
-    native.ENABLED = was
+pytestmark = pytest.mark.usefixtures("reader")  # both line readers (tests/conftest.py)
 
 
 def physical_lines(data: bytes) -> int:
