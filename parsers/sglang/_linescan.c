@@ -221,6 +221,14 @@ static const char *arrow_format(char type) {
     }
 }
 
+/* a buffer cut to its length: the doubling growth leaves up to half of it unused, and a
+   typed chunk's columns are held until its rows are written (the ingest's staging) */
+static void shrink(void **mem, size_t len) {
+    if (!len || !*mem) return;
+    void *p = realloc(*mem, len);
+    if (p) *mem = p;
+}
+
 /* the column's buffers move into the child array (the column is left empty) */
 static int export_col(Col *c, int64_t n, struct ArrowArray *a, struct ArrowSchema *s) {
     ChildData *d = calloc(1, sizeof(ChildData));
@@ -242,6 +250,12 @@ static int export_col(Col *c, int64_t n, struct ArrowArray *a, struct ArrowSchem
     } else {
         d->mem[1] = c->data.p ? c->data.p : malloc(8);
         c->data.p = NULL;
+    }
+    if (c->type == 's') {
+        shrink(&d->mem[1], c->offs.len);
+        shrink(&d->mem[2], c->data.len);
+    } else if (c->type != 'b') {
+        shrink(&d->mem[1], c->data.len);
     }
     for (int i = 0; i < 3; i++) d->bufs[i] = d->mem[i];
     *a = (struct ArrowArray){n, c->nulls, 0, nb, 0, d->bufs, NULL, NULL, release_child, d};
