@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 
 
 STAGE_ROWS = 400_000  # staged rows per table and kind before a shared part is written
-STAGE_BYTES = 12 << 20  # ... or staged bytes (polars' estimate): 400,000 lines of text are
-# ~100 MB, so the bytes bound what a big log's ingest holds, the rows what small logs make
+STAGE_BYTES = 4 << 20  # ... or staged bytes (polars' estimate): 400,000 lines of text are
+# ~100 MB, so the bytes bound what a big log's ingest holds, the rows what small logs make.
+# A big log's parts are written while its chunks are parsed, so what is staged adds to the
+# parse's own peak: at 12 MB ingest's peak RSS grew 1.22x from a 40 MB to a 160 MB busy log
+# (the file fits in the staging at 40 MB), at 4 MB 1.07x (docs/performance.md)
 # zstd level of the parts: 1 writes the decode rows of a 100 MB log in ~0.11 s CPU against
 # ~0.14 s at polars' default (3), for ~25 % larger parts (8.7 MB against 7.0 MB)
 PART_ZSTD_LEVEL = 1
