@@ -13,6 +13,14 @@ no check runs before that ``try`` is set up, and the pending second one fires in
 stays four inline lines, not a helper: a call's first instruction is itself a check, so the
 second interrupt would fire before the helper's own ``try``.
 tests/test_bad_inputs.py reproduces it with real signals during real polars writes.
+
+What an interrupt cut loose: a Ctrl-C that lands inside a context manager's ``__enter__`` after
+it acquired (the store lock's generator has yielded, contextlib has not returned yet) or in its
+``__exit__`` before it released, skips the ``with``'s own exit, so nothing releases it while the
+exception lives: the frames of its traceback still hold the manager. A handler that writes to
+the store after the interrupt (the launcher's `interrupted` record) then waited out the lock's
+30 s and gave up, leaving the launch `registered`, with no process group for `forensics stop`
+(a CI flake of tests/test_bad_inputs.py). Such a handler first calls ``release_interrupted``.
 """
 
 from __future__ import annotations
@@ -140,6 +148,16 @@ class BodyTooLarge(ForensicsError):
     """A network answer (HTTP body, SSE event) past its byte cap."""
 
     exit_code = EXIT_INTERNAL
+
+
+def release_interrupted(exc: BaseException) -> None:
+    """Release what the frames ``exc`` passed through still hold (a store lock whose context
+    manager the interrupt stopped half-way; see the module doc): their locals are cleared, the
+    generators they held closed, which runs their ``finally`` now. The traceback's lines stay
+    (``--debug`` still shows where it landed); the running frame is left alone."""
+    import traceback
+
+    traceback.clear_frames(exc.__traceback__)
 
 
 def interrupt_inside(exc: BaseException | None) -> bool:

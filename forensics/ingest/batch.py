@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import ForensicsError, InputNotFound, UsageError
+from forensics.errors import ForensicsError, InputNotFound, UsageError, release_interrupted
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import expand_inputs
@@ -84,7 +84,7 @@ def ingest(
             summary.warnings += [
                 f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
             ]
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         summary.interrupted = True
         # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
         # forensics/errors.py): a pending second one fires and is absorbed here
@@ -92,6 +92,7 @@ def ingest(
             time.sleep(0)
         except KeyboardInterrupt:
             pass
+        release_interrupted(exc)  # a store lock it stopped half-way: the commit needs it
         unadopted = batch.stop_pool()  # files in workers: not kept
         summary.files = [f for f in summary.files if f not in unadopted]
         batch.commit()  # the files finished before Ctrl-C; the ones being read are not kept

@@ -25,6 +25,7 @@ from forensics.errors import (
     HostUnreachable,
     LaunchFailed,
     RemoteError,
+    release_interrupted,
 )
 from forensics.launcher import records
 from forensics.launcher.causes import CauseContext, diagnose_journal, launch_cause, match_log
@@ -137,7 +138,7 @@ def execute(store: Store, plan: Plan, progress: Progress | None = None) -> dict[
         _watch_server(run, wrapper_done)
     except CONNECTION_LOST as exc:
         raise _lost(run, exc) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # The same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
         # forensics/errors.py): let a pending second one fire here, where it is absorbed, not
         # in the record below. (A `try` is set up before any check runs: no call before it.)
@@ -145,6 +146,7 @@ def execute(store: Store, plan: Plan, progress: Progress | None = None) -> dict[
             time.sleep(0)
         except KeyboardInterrupt:
             pass
+        release_interrupted(exc)  # a store lock it stopped half-way: the record below needs it
         _interrupted(run)
         with contextlib.suppress(Exception):  # what it left so far holds no secret either
             _scrub(run)
@@ -357,10 +359,9 @@ def _lost(run: _Launch, exc: ForensicsError) -> ForensicsError:
 
 def _interrupted(run: _Launch) -> None:
     """Ctrl-C stops the waiting, not the server (it runs in its own group): record the group
-    so `forensics stop NAME` can end it; the CLI then exits 130. Tried three times: a CI run
-    once found the launch left "registered" (the record not written, its failure swallowed),
-    so a late interrupt or a transient failure inside it gets another try."""
-    for attempt in range(3):
+    so `forensics stop NAME` can end it; the CLI then exits 130. A late second interrupt of the
+    same Ctrl-C inside the record gets another try."""
+    for _ in range(3):
         try:
             if run.server_pid is None:
                 srows = run.read().filter(pl.col("event") == "server")
@@ -369,9 +370,9 @@ def _interrupted(run: _Launch) -> None:
             run.record("interrupted", pid=pid, pgid=run.server_pid, cause="interrupted")
             return
         except KeyboardInterrupt:
-            continue  # a late second interrupt of the same Ctrl-C landed in the record
+            continue
         except Exception:  # noqa: BLE001 - the record is best effort; the CLI still exits 130
-            time.sleep(0.1 * (attempt + 1))
+            return
 
 
 def _diagnose(run: _Launch, log_text: str) -> dict[str, Any]:

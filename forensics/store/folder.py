@@ -470,9 +470,11 @@ class Store:
             finally:
                 self._lock_depth -= 1
         finally:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)
+            try:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+            finally:  # an interrupt landing in the line above must not keep the lock open
+                os.close(fd)
 
     def check_still_here(self) -> None:
         """Before a commit renames anything: is the lock this writer holds still the one at

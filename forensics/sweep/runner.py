@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import ForensicsError, UsageError
+from forensics.errors import ForensicsError, UsageError, release_interrupted
 from forensics.sweep import executor_local
 from forensics.sweep.journal import Journal, WriteHook, last_plan
 from forensics.sweep.plan import Sweep, Unit, _base_values, lint_units
@@ -222,11 +222,12 @@ def run(
             ctl.results[key] = s["result"]
     try:
         ex.run(_pending(sweep, state, ctl, ex, emit), ctl)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         try:  # the same Ctrl-C may raise twice (forensics/errors.py): absorb the second here
             time.sleep(0)
         except KeyboardInterrupt:
             pass
+        release_interrupted(exc)  # a store lock it stopped half-way: the journal needs it
         with contextlib.suppress(Exception):
             getattr(ex, "cancel", lambda: None)()
         with contextlib.suppress(Exception):
