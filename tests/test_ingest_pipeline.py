@@ -243,3 +243,36 @@ def test_an_unchanged_reingest_imports_no_polars_and_an_interrupted_verdict_step
     assert ingest()[-1] == "True"
     assert unverdicted(Store.open(tmp_path / "st")) == set()
     assert json.loads(manifest.read_text())["meta"].get(VERDICTS_PENDING) is None
+
+
+def test_the_verdict_steps_imports_run_beside_the_parse_and_end_with_the_ingest(
+    tmp_path, monkeypatch
+):
+    """Issue 15: a parse starts forensics.verdicts.warm in a thread of its own (the
+    classifier's imports, the packaged model); the verdict step starts after it ended, no
+    such thread outlives the ingest, and an unchanged re-ingest starts none."""
+    import forensics.verdicts as verdicts
+
+    path = _log(tmp_path)
+    events: list[tuple[str, str]] = []
+    real_warm, real_refresh = verdicts.warm, verdicts.refresh
+
+    def warm() -> None:
+        real_warm()
+        events.append(("warmed", threading.current_thread().name))
+
+    def refresh(*args, **kwargs):
+        events.append(("refresh", threading.current_thread().name))
+        return real_refresh(*args, **kwargs)
+
+    monkeypatch.setattr(verdicts, "warm", warm)
+    monkeypatch.setattr(verdicts, "refresh", refresh)
+    store = Store(tmp_path / "st")
+    assert ingest(store, [str(path)]).files[0].status == "new"
+    main = threading.main_thread().name
+    assert events == [("warmed", "forensics-verdicts-warm"), ("refresh", main)]
+    assert not [t for t in threading.enumerate() if t.name == "forensics-verdicts-warm"]
+    assert not Store(tmp_path / "st").table(verdicts.TABLE).is_empty()  # verdicts stored
+    events.clear()
+    assert ingest(Store(tmp_path / "st"), [str(path)]).files[0].status == "unchanged"
+    assert events == []

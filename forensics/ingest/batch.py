@@ -3,6 +3,7 @@ benchmark results files beside the logs."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +74,7 @@ def ingest(
         batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts)
+        batch.join_warming()
         if store.get_meta(VERDICTS_PENDING):  # this ingest's batches, or an interrupted one's
             from forensics.verdicts import refresh, unverdicted
 
@@ -103,6 +105,7 @@ def ingest(
     finally:
         batch.stop_pool()
         batch.remove_staging()  # after the commits: adopted parts are renamed from there
+        batch.join_warming()  # no thread outlives the ingest
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
@@ -234,6 +237,20 @@ class _Batch:
         self.pending: list[Any] = []  # pool.Job in input order, not yet adopted
         self._deferring: _Deferring | None = None
         self.staging: Path | None = None  # the pool's staging folder, once it is stopped
+        self.warming: threading.Thread | None = None  # forensics.verdicts.warm, beside a parse
+
+    def warm_verdicts(self) -> None:
+        """A parse begins here: the verdict step's imports and model load start beside it,
+        in a thread (once per ingest; ``join_warming`` before the verdict step)."""
+        if self.warming is None:
+            from forensics.verdicts import warm
+
+            self.warming = threading.Thread(target=warm, name="forensics-verdicts-warm")
+            self.warming.start()
+
+    def join_warming(self) -> None:
+        if self.warming is not None:
+            self.warming.join()
 
     def stored_inodes(self, tx: Any) -> dict:
         """The inode index of the sources committed before this batch (built once)."""

@@ -72,6 +72,9 @@ class _Opened:
     dev: int | None
     head_hash: str
     resume: tuple[int, dict[str, Any] | None] = (0, None)  # (offset, parser state) to parse from
+    # called as the parse begins (the batch of the main process: the verdict step's imports
+    # beside the parse, _Batch.warm_verdicts); None in a pool worker
+    on_parse: Callable[[], None] | None = None
 
     @property
     def compressed(self) -> bool:
@@ -109,6 +112,7 @@ def _prepare(
     if resume is None:
         return opened.out
     opened.resume = resume
+    opened.on_parse = batch.warm_verdicts if batch is not None else None
     if opened.src.stat.size == 0:
         summary.warnings.append(f"{path}: empty file (0 bytes)")
     return opened
@@ -138,6 +142,8 @@ def _parse_file(
     from forensics_parsers.sglang import LogParser
 
     _freeze_long_lived()
+    if opened.on_parse is not None:
+        opened.on_parse()
     offset, state = opened.resume
     date_hint = time.strftime("%Y-%m-%d", time.localtime(opened.src.stat.mtime))
     path = opened.out.path
