@@ -276,3 +276,45 @@ def test_the_verdict_steps_imports_run_beside_the_parse_and_end_with_the_ingest(
     events.clear()
     assert ingest(Store(tmp_path / "st"), [str(path)]).files[0].status == "unchanged"
     assert events == []
+
+
+def test_the_content_hash_computed_beside_the_reads_is_the_files_sha1(tmp_path):
+    """Issue 15: inside ``beside`` the sha1 updates run in a thread of their own; fed in
+    order with overlapping and repeated reads, and with mutable buffers (hashed at once), the
+    digest is the file's sha1 whichever way, and the thread ends with the block."""
+    import hashlib
+
+    from forensics.ingest.hashing import _Hasher
+
+    rng = random.Random(7)
+    data = b"".join(b"line %d %x\n" % (i, rng.getrandbits(64)) for i in range(150_000))
+    want = hashlib.sha1(data).hexdigest()
+    step = 256 << 10
+    reads = [(p, data[p : p + step]) for p in range(0, len(data), step)]
+    reads.insert(3, reads[1])  # a chunk read again: already hashed, skipped
+    reads.insert(5, (reads[4][0] - 100, data[reads[4][0] - 100 : reads[4][0] + 50]))  # overlap
+    for beside in (False, True):
+        for mutable in (False, True):
+            h = _Hasher()
+            with h.beside() if beside else _null():
+                for pos, chunk in reads:
+                    h.feed(pos, bytearray(chunk) if mutable else chunk)
+            assert (h.hexdigest(), h.size) == (want, len(data))
+            assert not [t for t in threading.enumerate() if t.name.startswith("forensics-hash")]
+    log = tmp_path / "x.log"
+    log.write_bytes(data)
+    src = logsource.open_log(_local(), str(log), hasher=(h := _Hasher()))
+    assert h.of_file(src, len(data)) == want
+    assert h.of_file(src, len(data) + 1) is None  # the file is shorter
+
+
+def _null():
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+def _local():
+    from forensics.hosts import get_host
+
+    return get_host(None)

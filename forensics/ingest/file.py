@@ -295,6 +295,7 @@ def _parse(
     up to, the number of runs that ended: their rows are staged with the log's own, final
     like them, so no run is held for the whole file)."""
     from concurrent.futures import ThreadPoolExecutor
+    from contextlib import nullcontext
 
     from forensics.hosts import ReadIncomplete
     from forensics_parsers.sglang import extract_batch
@@ -317,7 +318,10 @@ def _parse(
     # its rows (and writes a part every STAGE_ROWS rows). Each stage takes the chunks in
     # order, so the rows and parts are those of a plain loop. Leaving the `with` waits for
     # both threads: none outlives the file, and the transaction aborts or commits after it.
+    # The content hash of the bytes read is computed in a third thread (hasher.beside),
+    # entered first and left last: every read that feeds it happens inside.
     with (
+        o.hasher.beside() if o.hasher is not None else nullcontext(),  # None: a pool worker
         ThreadPoolExecutor(1, thread_name_prefix="forensics-ingest") as pool,
         ThreadPoolExecutor(1, thread_name_prefix="forensics-split") as ahead,
     ):
