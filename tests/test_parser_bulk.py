@@ -22,6 +22,8 @@ LINES = [
     "[2026-02-25 09:59:5{s} TP0] deprecated flag --x",
     "[10:00:0{s} DP1 TP1] Warning: time-only prefix",
     "[2026-02-25 10:00:0{s} TP0] Capture cuda graph failed: Warning: x",  # an earlier rule
+    # the hot rule's pattern matches, an earlier rule's too
+    '[2026-02-25 10:00:0{s}] INFO:     1.2.3.4:5 - "GET /a HTTP/1.1" 404 Capture cuda graph failed: x',
     "[2026-02-25 10:00:0{s} TP0] Load weight begin. avail mem=10.00 GB",
     "[2026-02-25 10:00:0{s} TP0] Scheduler hit an exception: Traceback (most recent call last):",
     '  File "x.py", line 1, in f',
@@ -68,6 +70,21 @@ def same(a: Frames, b: Frames) -> None:
 @given(logs, st.sampled_from([7, 300, 4096, 1 << 20]))
 def test_bulk_path_equals_the_python_path(data, cut):
     fast, fast_state = parse(data, cut, True)
+    slow, slow_state = parse(data, cut, False)
+    same(fast, slow)
+    assert json.dumps(fast_state, sort_keys=True) == json.dumps(slow_state, sort_keys=True)
+
+
+@SETTINGS
+@given(logs, st.sampled_from([300, 1 << 20]))
+def test_many_lines_left_by_the_hot_rule_are_classified_in_polars_alike(data, cut):
+    """``_first_rules`` past PYTHON_MAX lines (its polars branch) gives the Python path's rows."""
+    old = B.PYTHON_MAX
+    B.PYTHON_MAX = 0
+    try:
+        fast, fast_state = parse(data, cut, True)
+    finally:
+        B.PYTHON_MAX = old
     slow, slow_state = parse(data, cut, False)
     same(fast, slow)
     assert json.dumps(fast_state, sort_keys=True) == json.dumps(slow_state, sort_keys=True)

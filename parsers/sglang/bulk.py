@@ -6,7 +6,9 @@ line, when it has SGLang's own ``[YYYY-MM-DD HH:MM:SS( TPn)] `` prefix (or the t
 is plain printable ASCII (so Python's ``re`` and polars' regex engine agree on every class), is
 classified here by the rule table itself: the rule that matches it is the first in table order,
 ``BULK_RULES`` row ``f`` matches when its pattern does and no earlier rule's pattern does
-(exactly ``find_rule``). What such a line does to the parser's state is then done for all of
+(exactly ``find_rule``). The hot rule (access lines) is tested in polars on every such line;
+the lines it leaves are few (``find_rule`` itself reads them) or many (each bulk rule's
+pattern in polars). What such a line does to the parser's state is then done for all of
 them at once by the parser (counts, run extents, the ``lines`` rows, the timestamp order).
 
 Lines of every other shape (tracebacks, stage lines, errors, transport prefixes, anything
@@ -19,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics_parsers.sglang.rules import RULES, scoped
+from forensics_parsers.sglang.rules import RULES, find_rule, scoped
 
 # SGLang's own prefix, ASCII digits only: date (optional: the time-only layout), time (a valid
 # one: polars would read a leap second Python refuses), fraction, rank tags. The same span
@@ -28,7 +30,8 @@ _PREFIX = (
     r"^\[(?:([0-9]{4}-[0-9]{2}-[0-9]{2}) )?((?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9])(?:[.,]([0-9]+))?"
     r"((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)[0-9]+)*)\] (.*)$"
 )
-_PRINTABLE = r"^[\x20-\x7e]*$"
+# a bulk candidate: that prefix, and the whole line plain printable ASCII (one regex, one pass)
+_CANDIDATE = _PREFIX.removesuffix("(.*)$") + r"[\x20-\x7e]*$"
 
 
 def _bulk_rules() -> list[tuple[str, str, str | None]]:
@@ -48,6 +51,13 @@ UNKNOWN_COUNT = "unknown_prefixed"  # ... and its count (a bulk line is prefixed
 MAX_ACCESS_LINES = 100_000  # access lines are kept while a chunk has fewer rows before them
 ACCESS = [r.name for r in RULES if r.kind == "access"]
 BULK_COLUMNS = ("line", "kind", "ts", "rank", "msg")
+# the bulk rule of most of a busy server's bulk lines (uvicorn's access lines): tested in
+# polars on every candidate; the lines it leaves are classified by ``_first_rules``
+_HOT = next(r for r in BULK_RULES if r[0] in ACCESS)
+# up to this many lines left by the hot rule are classified by the rule table's own matcher
+# (find_rule, ~2 us a line); more by polars (a regex pass per bulk rule: ~16 polars calls of
+# ~0.1 ms each, whatever the rows, then ~0.1 us a line and rule)
+PYTHON_MAX = 1_000
 
 
 def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -55,75 +65,100 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
 
     A bulk line comes with ``kind`` (its rule's name, or ``unknown`` when no rule matches),
     ``ts`` (the timestamp text the Python path reads: ``text.ts_of``), ``rank`` and ``msg``
-    (the message after the prefix)."""
+    (the message after the prefix). Its kind is the first rule of the table that matches it:
+    the hot rule's lines are those its pattern matches and no earlier rule's does; the others
+    go through ``_first_rules``. (A chunk has a few thousand such lines, and each polars call
+    costs ~0.1 ms whatever its rows: the calls are few.)"""
     t = pl.col("text")
-    cand = other.filter(
-        t.str.starts_with("[") & (t.str.len_bytes() <= max_line) & t.str.contains(_PRINTABLE)
+    cand = other.with_row_index("_row").filter(
+        (t.str.len_bytes() <= max_line) & t.str.contains(_CANDIDATE)
     )
     if cand.is_empty():
         return empty(), other
-    cand = _prefixed(cand.filter(t.str.contains(_PREFIX))).filter(
-        pl.col("msg").str.strip_chars() != ""
-    )
-    if cand.is_empty():
-        return empty(), other
+    cand = _prefixed(cand, date_hint)
+    m = pl.col("msg")
+    name, pattern, before = _HOT
+    hot = m.str.contains(pattern) & ~m.str.contains(before)
+    cand = cand.with_columns(pl.when(hot).then(pl.lit(name)).alias("kind"))
+    if cand["kind"].null_count():
+        cold = cand.with_row_index("_c").filter(pl.col("kind").is_null())
+        found = _first_rules(cold.select("_c", "msg"))
+        if not found.is_empty():
+            cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
+        cand = cand.filter(pl.col("kind").is_not_null())
+        if cand.is_empty():
+            return empty(), other
+    rest = other.filter(pl.repeat(True, len(other), eager=True).scatter(cand["_row"], False))
+    return cand.select(BULK_COLUMNS), rest
+
+
+def _kind_of(msg: str) -> str | None:
+    """A bulk line's kind by the rule table's matcher (None: the Python path takes it)."""
+    if not msg.strip():
+        return None
+    found = find_rule(msg)
+    if found is None:
+        return UNKNOWN
+    return found[0].name if found[0].inert else None
+
+
+def _first_rules(lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines (``_c``, ``msg``) -> (``_c``, ``kind``) of the bulk lines among them: a blank
+    message is not one; else the first rule of the table that matches it is a bulk rule, or
+    none matches (``unknown``). Few lines by ``find_rule``; many in polars: the first bulk
+    rule that matches, and no earlier rule."""
+    if len(lines) <= PYTHON_MAX:
+        kinds = [(c, k) for c, msg in lines.iter_rows() if (k := _kind_of(msg)) is not None]
+        return pl.DataFrame(kinds, schema={"_c": pl.UInt32, "kind": pl.String}, orient="row")
     m = pl.col("msg")
     first = pl.lit(None, dtype=pl.Int32)
     for i in reversed(range(len(BULK_RULES))):  # the first bulk rule that matches
         first = pl.when(m.str.contains(BULK_RULES[i][1])).then(pl.lit(i, pl.Int32)).otherwise(first)
-    cand = cand.with_columns(first.alias("_first"))
-    kept = []
-    for (i,), group in cand.group_by("_first", maintain_order=True):
+    lines = lines.filter(m.str.strip_chars() != "").with_columns(first.alias("_first"))
+    kept = [lines.clear().select("_c", pl.lit(None, pl.String).alias("kind"))]
+    for (i,), group in lines.group_by("_first"):
         if i is None:  # no bulk rule: a bulk line only if no rule at all matches
             kind, before = UNKNOWN, _ANY_RULE
         else:
             kind, _, before = BULK_RULES[i]
         if before is not None:  # and no earlier rule matches (the table's order)
             group = group.filter(~m.str.contains(before))
-        kept.append(group.with_columns(pl.lit(kind).alias("kind")))
-    bulk = pl.concat(kept).sort("line") if len(kept) > 1 else kept[0]
-    if bulk.is_empty():
-        return empty(), other
-    ts = (
-        pl.coalesce(pl.col("_d"), pl.lit(date_hint))
-        + pl.lit(" ")
-        + pl.col("_t")
-        + pl.when(pl.col("_f").is_not_null())
-        .then(pl.lit(".") + pl.col("_f").str.slice(0, 6))
-        .otherwise(pl.lit(""))
-    )
-    bulk = bulk.select(
-        "line", "kind", ts.alias("ts"), pl.col("_tags").str.strip_chars().alias("rank"), "msg"
-    )
-    rest = other.join(bulk.select("line"), on="line", how="anti", maintain_order="left")
-    return bulk, rest
+        kept.append(group.select("_c", pl.lit(kind).alias("kind")))
+    return pl.concat(kept)
 
 
-def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
-    """Lines ``_PREFIX`` matches -> with its groups (``_d``, ``_t``, ``_f``, ``_tags``, ``msg``).
-    The common shape, a date and no fraction (`[2026-11-01 11:00:01 TP3] `), is cut by
-    position (the tags end at the line's first `]`); the others by the regex's groups."""
+def _prefixed(lines: pl.DataFrame, date_hint: str) -> pl.DataFrame:
+    """Lines ``_PREFIX`` matches -> (``_row``, ``line``, ``ts``, ``rank``, ``msg``). The common
+    shape, a date and no fraction (`[2026-11-01 11:00:01 TP3] `), is cut by position (the tags
+    end at the line's first `]`); a chunk with another shape by the regex's groups."""
     t = pl.col("text")
     plain = (t.str.slice(5, 1) == "-") & ~t.str.slice(20, 1).is_in([".", ","])
     cut = t.str.find("]", literal=True)
-    fast = lines.filter(plain).select(
+    fast = lines.select(
+        "_row",
         "line",
-        "text",
-        t.str.slice(1, 10).alias("_d"),
-        t.str.slice(12, 8).alias("_t"),
-        pl.lit(None, dtype=pl.String).alias("_f"),
-        t.str.slice(20, cut - 20).alias("_tags"),
+        t.str.slice(1, 19).alias("ts"),  # the date, a space, the time
+        t.str.slice(20, cut - 20).str.strip_chars().alias("rank"),
         t.str.slice(cut + 2).alias("msg"),
+        plain.all().alias("_plain"),
     )
-    rest = lines.filter(~plain)
-    if rest.is_empty():
-        return fast
-    rest = (
-        rest.with_columns(t.str.extract_groups(_PREFIX).alias("_p"))
-        .unnest("_p")
-        .rename({"1": "_d", "2": "_t", "3": "_f", "4": "_tags", "5": "msg"})
+    if fast["_plain"][0]:
+        return fast.drop("_plain")
+    g = t.str.extract_groups(_PREFIX)
+    d, clock, frac = g.struct.field("1"), g.struct.field("2"), g.struct.field("3")
+    ts = (
+        pl.coalesce(d, pl.lit(date_hint))
+        + pl.lit(" ")
+        + clock
+        + pl.when(frac.is_not_null()).then(pl.lit(".") + frac.str.slice(0, 6)).otherwise(pl.lit(""))
     )
-    return pl.concat([fast, rest.select(fast.columns)]).sort("line")
+    return lines.select(
+        "_row",
+        "line",
+        ts.alias("ts"),
+        g.struct.field("4").str.strip_chars().alias("rank"),
+        g.struct.field("5").alias("msg"),
+    )
 
 
 _SCHEMA = {
