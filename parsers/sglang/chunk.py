@@ -60,13 +60,10 @@ class Lines:
     ``done``: the result when there is nothing to parse yet (an unfinished line, a JSON
     record). Else ``other``: the non-metrics lines (``line``, ``text``); ``batch``: the
     metrics lines with their kind, head and timestamp read (``metrics.read_heads``), or None;
-    ``quick``: ``bulk.split(other)`` when the bulk path was open as the chunk was split, else
-    None (``feed_lines`` decides again: the prefix finder may have learned since); ``typed``:
-    the decode and prefill rows the compiled reader filled (native.py), or None."""
+    ``typed``: the decode and prefill rows the compiled reader filled (native.py), or None."""
 
     ck: Chunk
     done: tuple[Frames, pl.DataFrame | None] | None = None
     other: pl.DataFrame | None = None
     batch: pl.DataFrame | None = None
-    quick: tuple[pl.DataFrame, pl.DataFrame] | None = None
     typed: tuple[pl.DataFrame, pl.DataFrame] | None = None

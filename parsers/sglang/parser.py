@@ -255,8 +255,6 @@ class LogParser:
             out.typed = (fast.decode, fast.prefill)
         if not batch.is_empty():
             out.batch, _ = metrics.read_heads(batch, self.date_hint)
-        if self._bulk_ok():  # ahead of time; feed_lines checks it still holds
-            out.quick = bulk_.split(other, self.date_hint, MAX_LINE)
         return out
 
     def feed_lines(self, lines: Lines) -> tuple[Frames, pl.DataFrame | None]:
@@ -268,18 +266,16 @@ class LogParser:
         self._started = {}
 
         # 1) the Python path, in file order: runs, stages, errors, the rare lines; the common
-        # ones (bulk) in polars, their effect on the runs after
+        # ones (bulk) in polars, their effect on the runs after. (The bulk lines are split
+        # here, not with the lines: an ingest's reading thread, which also reads, hashes and
+        # scans the bytes, is the busier of the two.)
         start_run = self.run_index
-        quick = None
         if self._bulk_ok():
-            quick = lines.quick
-            if quick is None:
-                quick = bulk_.split(other, self.date_hint, MAX_LINE)
-        if quick is None:
+            quick, rare = bulk_.split(other, self.date_hint, MAX_LINE)
+            quick = self._python_lines_between(ck, other, quick, rare)
+        else:
             self._python_lines(ck, other)
             quick = bulk_.empty()
-        else:
-            quick = self._python_lines_between(ck, other, *quick)
         quick = self._after_python(ck, quick, start_run)
 
         # 2) the vectorised path: Prefill / Decode batch lines
