@@ -14,7 +14,7 @@ import time
 import click
 
 from forensics import __version__
-from forensics.cli_common import echo
+from forensics.cli_common import echo, guard_empty_values
 from forensics.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -123,6 +123,7 @@ def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(cli)
+guard_empty_values(cli)  # a text value typed '' is exit 2 (cli_common.EMPTY_MEANS_SOMETHING)
 
 
 def main(argv: list[str] | None = None) -> None:

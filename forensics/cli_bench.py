@@ -403,6 +403,14 @@ def _exit_for(ctx: click.Context, bench: Any, rep: Any, cfg: Any, *, stored: boo
 )
 @click.option("--clear", is_flag=True, help="Forget the baseline (of --experiment, else all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@option_rules(
+    OptionRule(  # with RUN the experiment is the run's own: --experiment was dropped in silence
+        "experiment",
+        needs=("tok_s", "clear"),
+        why="--experiment names the experiment of a --tok-s figure or of --clear; a RUN's "
+        "experiment is its own (leave --experiment out)",
+    )
+)
 @click.pass_context
 def baseline_cmd(
     ctx: click.Context,

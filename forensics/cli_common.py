@@ -102,6 +102,59 @@ def option_rules(*rules: OptionRule):
     return deco
 
 
+# Text values typed empty (`launch --name ''`, `hosts check ''`, `bench --run ''`, `report ''`,
+# `ingest ''`): the command took them for "not given" (a name derived from the flags, every
+# host checked, every run reported, the current folder read). Every text or path parameter
+# given '' on the command line is refused before the command runs (exit 2; issue 14, CLI
+# contract, sixth round), except the rows here, whose empty value means something.
+# Pass-through argvs (``launch -- FLAGS``, ``sim serve ARGS``) are click.UNPROCESSED: their
+# values are the server's, never checked here.
+EMPTY_MEANS_SOMETHING: frozenset[tuple[str, str]] = frozenset()
+
+
+def refuse_empty_values(ctx: click.Context) -> None:
+    """UsageError for the first text/path parameter of ``ctx`` (and its parents: the root's
+    --store) typed as an empty string."""
+    from click.core import ParameterSource
+
+    from forensics.errors import UsageError
+
+    while ctx is not None:
+        command = ctx.command_path.partition(" ")[2]
+        for p in ctx.command.params:
+            if not isinstance(p.type, (click.types.StringParamType, click.Path)):
+                continue
+            if (command, p.name) in EMPTY_MEANS_SOMETHING:
+                continue
+            if ctx.get_parameter_source(p.name) is not ParameterSource.COMMANDLINE:
+                continue
+            value = ctx.params.get(p.name)
+            if "" in (value if isinstance(value, (tuple, list)) else (value,)):
+                shown = p.opts[-1] if isinstance(p, click.Option) else p.human_readable_name
+                fix = "give it a value" if p.required else "give it a value, or leave it out"
+                raise UsageError(f"{shown} '': an empty value names nothing", hint=fix)
+        ctx = ctx.parent
+
+
+def guard_empty_values(command: click.Command) -> None:
+    """Every leaf command of the tree under ``command`` checks refuse_empty_values first."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            guard_empty_values(sub)
+        return
+    body = command.callback
+    if body is None or getattr(body, "refuses_empty", False):
+        return
+
+    @functools.wraps(body)
+    def checked(*args: Any, **kwargs: Any):
+        refuse_empty_values(click.get_current_context())
+        return body(*args, **kwargs)
+
+    checked.refuses_empty = True  # type: ignore[attr-defined]
+    command.callback = checked
+
+
 def _given(ctx: click.Context, name: str) -> bool:
     from click.core import ParameterSource
 

@@ -78,7 +78,7 @@ def classify_group() -> None:
 
 
 @classify_group.command("files")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("paths", nargs=-1, required=True)  # checked by the one reader (exit 2 or 3)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.pass_context
 def classify_files(ctx: click.Context, paths: tuple[str, ...], as_json: bool) -> None:

@@ -22,7 +22,10 @@ USER_FILE_CAPS: dict[str, int] = {
 
 
 def read_user_file(path: str | Path, what: str) -> bytes:
-    """The bytes of the regular file ``path``, at most ``USER_FILE_CAPS[what]`` of them."""
+    """The bytes of the regular file ``path``, at most ``USER_FILE_CAPS[what]`` of them.
+
+    ``path`` as the user typed it: a ``pathlib.Path`` drops a trailing slash, so ``x.toml/``
+    would read ``x.toml`` where the system says "not a directory" (exit 2)."""
     from forensics.hosts.base import require_regular
     from forensics.hosts.local import LocalHost
 

@@ -94,7 +94,7 @@ def load_dataset(path: str | Path) -> list[Prompt]:
     from forensics.userfile import read_user_file
 
     try:  # a FIFO, device or oversized file is refused before a read (issue 14)
-        raw = read_user_file(p, "dataset").decode("utf-8-sig")
+        raw = read_user_file(str(path), "dataset").decode("utf-8-sig")  # as typed
     except FileMissing:
         raise InputNotFound(
             f"{p}: no such dataset file", hint="pass a JSONL or ShareGPT JSON file"

@@ -353,7 +353,7 @@ def _read(p: Path, shown: str) -> tuple[bytes, dict[str, Any]]:
     from forensics.userfile import read_user_file
 
     try:  # a FIFO, device or oversized file is refused before a read (issue 14)
-        raw = read_user_file(p, "sweep file")
+        raw = read_user_file(shown, "sweep file")  # as typed: `x.toml/` is no file
     except FileMissing:
         raise InputNotFound(f"{shown}: no such sweep file", hint="check the path") from None
     except NotRegularFile as exc:
