@@ -124,11 +124,25 @@ def target_kind(path: Path) -> str:
     return "socket"  # an unknown type is refused like a socket
 
 
+def out_path(typed: str | Path) -> Path:
+    """The Path of an output the user named, as typed: ``Path()`` drops a trailing slash, so
+    ``-o out.html/`` (a folder's name) wrote the file ``out.html``. A trailing slash where no
+    folder is is a UsageError; a folder is left to check_out_path ("is a folder")."""
+    text = os.fspath(typed)
+    path = Path(typed)
+    if isinstance(typed, str) and text.endswith("/") and not path.is_dir():
+        raise UsageError(
+            f"{text}: ends with '/', the name of a folder, and there is no folder there",
+            hint=f"drop the trailing /: --out {text.rstrip('/')}",
+        )
+    return path
+
+
 def check_out_path(path: str | Path) -> Path:
     """--out must name a file in an existing folder (not a folder, not under a file), a
     standard stream, or a character device / FIFO. Returns the path to write (a symlink's
     target)."""
-    path = Path(path)
+    path = out_path(path)
     kind = target_kind(path)  # what the path leads to (symlinks followed)
     if TARGET_KINDS[kind] == "stream":
         return path  # stdout/stderr: where they go is the shell's choice (`-o -` in any cwd)

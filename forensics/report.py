@@ -540,9 +540,9 @@ def write_report(
     group_by: str | list[str] | None = None,
 ) -> tuple[Path, int]:
     """Build the page and write it to ``out`` (forensics.output): (the path, its bytes)."""
-    from forensics.output import check_out_path, write_output
+    from forensics.output import check_out_path, out_path, write_output
 
-    path = Path(out)
+    path = out_path(out)  # as typed (a trailing slash is no file)
     if path.is_dir():
         raise UsageError(f"{path}: is a folder", hint=f"--out {path / 'report.html'}")
     check_out_path(path)  # before building: a bad --out fails fast

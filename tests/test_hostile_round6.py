@@ -175,3 +175,162 @@ def test_non_regular_classify_of_a_folder_or_an_unreadable_file_goes_through_the
     p = forensics(tmp_path, "classify", str(locked))
     assert p.returncode == 3, p.stderr
     one_error_line(p, str(locked), "permission denied")
+
+
+# ------------------------------------------------------------ data loss / outputs: `out.html/`
+
+
+@pytest.mark.parametrize(
+    "argv", [["report", "--out"], ["plot", "decode", "sglang_baseline", "--out"]]
+)
+def test_data_loss_an_output_named_with_a_trailing_slash_is_refused(tmp_path, argv):
+    """`report -o out.html/` wrote (and would replace) the file `out.html`: the slash says a
+    folder was meant. forensics.output.out_path keeps the path as typed."""
+    _ingested(tmp_path)
+    kept = tmp_path / "out.png"
+    kept.write_bytes(b"the user's own file")
+    p = forensics(tmp_path, *argv, f"{kept}/")
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_error_line(p, f"{kept}/", "ends with '/'", "(try:")
+    assert kept.read_bytes() == b"the user's own file"
+    p = forensics(tmp_path, *argv, f"{tmp_path}/new.png/")
+    assert p.returncode == 2, p.stderr
+    assert not (tmp_path / "new.png").exists()
+
+
+# ------------------------------------------------------------ non-regular: the launch log
+
+
+def _socket_file(path: Path):
+    import socket
+
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    return s
+
+
+@pytest.mark.parametrize("kind", ["socket", "folder", "fifo", "device", "slash"])
+def test_non_regular_a_launch_log_that_is_not_a_regular_file_is_refused_before_the_chain(
+    tmp_path, kind
+):
+    """`launch --log` a socket or a folder was an internal error (ENXIO, IsADirectoryError)
+    after the server had been started; a FIFO or /dev/null started a server whose log
+    nothing could read. start._check_log_target refuses them (exit 2) before anything runs."""
+    target = tmp_path / "x.log"
+    held = None
+    if kind == "socket":
+        held = _socket_file(target)
+    elif kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":
+        target = Path("/dev/null")
+    marker = tmp_path / "ran"
+    log = f"{target}/" if kind == "slash" else str(target)
+    try:
+        p = forensics(
+            tmp_path,
+            "launch",
+            "--shell",
+            f"touch {marker}; python3 -m sglang.launch_server --model-path /x",
+            "--name",
+            "r6",
+            "--log",
+            log,
+            "--deadline",
+            "3",
+        )
+    finally:
+        if held is not None:
+            held.close()
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_error_line(p, log, "(try:")
+    assert not marker.exists()  # nothing of the chain ran
+    assert "server started" not in p.stderr
+
+
+# ------------------------------------------------------------ damaged store: show
+
+
+def _damage_first_part(home: Path, how: str) -> Path:
+    part = sorted((home / "tables").glob("*/*.parquet"))[0]
+    if how == "truncated":
+        part.write_bytes(part.read_bytes()[:300])
+    elif how == "folder":
+        part.unlink()
+        part.mkdir()
+    else:  # a symlink to a copy elsewhere
+        elsewhere = home.parent / "elsewhere.parquet"
+        elsewhere.write_bytes(part.read_bytes())
+        part.unlink()
+        part.symlink_to(elsewhere)
+    return part
+
+
+@pytest.mark.parametrize("how", ["truncated", "folder", "symlink"])
+def test_data_loss_show_sets_a_damaged_part_aside_instead_of_an_internal_error(tmp_path, how):
+    """`show RUN` on a store whose first decode part was cut short, replaced by a folder or
+    by a symlink: "internal error: ColumnNotFoundError: source_id" (exit 1). The part is set
+    aside mid-command, the cache of that generation is dropped, and the per-source read
+    filtered its rows a second time over the union of reduced parts (Store._reduced now
+    filters once, before the reduce). Now: exit 0, the warning that names the part and the
+    ingest that restores it; the part is renamed, never deleted."""
+    _ingested(tmp_path)
+    for extra in ("sglang_fail_capture.log", "sglang_eagle3_cg_5dt.log"):
+        assert forensics(tmp_path, "ingest", str(FIXTURES / extra)).returncode == 0
+    part = _damage_first_part(tmp_path / "home", how)
+    p = forensics(tmp_path, "show", "sglang_baseline")
+    assert p.returncode == 0, p.stderr
+    assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+    assert "quarantined as" in p.stderr and part.name in p.stderr
+    assert "sglang_baseline" in p.stdout
+    assert list(part.parent.glob(part.name + ".corrupt-*"))  # kept aside, not deleted
+
+
+# ------------------------------------------------------------ time / remote: hosts trust
+
+
+def _closing_server(banner: bool):
+    """A port that sends an SSH banner (or nothing) and closes with a reset."""
+    import socket
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            if banner:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("banner", [True, False], ids=["banner-then-reset", "reset"])
+def test_remote_hosts_trust_of_a_port_that_resets_is_unreachable(tmp_path, banner):
+    """`hosts trust H` of a port that resets the connection: "internal error: EOFError"
+    (exit 1) when the reset came during the negotiation; trust.py had its own except for
+    SSHException only. It now goes through the one table of connect failures
+    (hosts.ssh.CONNECT_ERRORS), as `hosts check` does: exit 5, one line."""
+    srv = _closing_server(banner)
+    port = srv.getsockname()[1]
+    (tmp_path / "forensics.toml").write_text(
+        f'[hosts.h]\naddress = "root@127.0.0.1:{port}"\nconnect_timeout = 3\n'
+    )
+    try:
+        for _ in range(3):  # the reset lands at different moments of the negotiation
+            p = forensics(tmp_path, "hosts", "trust", "h", timeout=60)
+            assert p.returncode == 5, p.stdout + p.stderr
+            one_error_line(p, f"127.0.0.1:{port}", "(try:")
+    finally:
+        srv.close()

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import HostKeyError, HostUnreachable, UsageError
+from forensics.errors import HostKeyError, UsageError
 from forensics.hosts.config import _config_for, forensics_home
 
 if TYPE_CHECKING:
@@ -90,7 +90,11 @@ def trust_host(name: str, *, fingerprint: str | None = None) -> dict[str, Any]:
             f"--fingerprint {fingerprint!r}: not a SHA256 key fingerprint",
             hint=f"SHA256: and 43 base64 characters, as `forensics hosts trust {name}` prints",
         )
-    from forensics.hosts.ssh import SSHHost, _quiet_paramiko  # ssh uses this module's policy
+    from forensics.hosts.ssh import (  # ssh uses this module's policy
+        SSHHost,
+        _connect_error,
+        _quiet_paramiko,
+    )
 
     _quiet_paramiko()
     cfg = _config_for(name)
@@ -101,10 +105,9 @@ def trust_host(name: str, *, fingerprint: str | None = None) -> dict[str, Any]:
         transport.banner_timeout = cfg.connect_timeout
         transport.start_client(timeout=2 * cfg.connect_timeout + 1)
         key = transport.get_remote_server_key()
-    except paramiko.SSHException as exc:
-        raise HostUnreachable(
-            f"{cfg.address}: SSH negotiation failed: {exc}", hint="check the port"
-        ) from None
+    except (paramiko.SSHException, EOFError, OSError) as exc:  # the one table (CONNECT_ERRORS):
+        # a reset during the banner was EOFError, an internal error (issue 14, sixth round)
+        raise _connect_error(exc, cfg.address, cfg.connect_timeout, []) or exc from None
     finally:
         transport.close()
     fp = _fingerprint(key)

@@ -144,6 +144,7 @@ def launch(
     if prev.get("status") in ("ready", *records.UNSETTLED) and prev.get("pgid"):
         stop(store, r.name)
     h = host_for(r.host)
+    _check_log_target(h, r.log_path)
     blocking = [f for f in lint(r.replace(shell=None), host=h) if f.id in BLOCKING]
     if blocking:
         raise LaunchFailed(
@@ -167,6 +168,26 @@ def launch(
         pid_path=r.log_path + ".pid",
     )
     return execute(store, plan, progress)
+
+
+def _check_log_target(host: Any, path: str) -> None:
+    """The launch's log is where the server appends and what forensics reads back while it
+    waits: a regular file, or nothing yet (its folder is made). Anything else is refused
+    before the chain runs (exit 2, issue 14 sixth round: a socket or a folder was an internal
+    error once the server had started; a device or a FIFO gave a launch nothing could read)."""
+    from forensics.errors import BadPath, FileMissing
+    from forensics.hosts.base import require_regular
+
+    if path.endswith("/"):
+        raise BadPath(
+            f"{path}: ends with '/', the name of a folder, not of a log file",
+            hint=f"--log {path.rstrip('/') or '/'}/NAME.log, or drop the trailing /",
+        )
+    try:
+        st = host.stat(path)
+    except FileMissing:
+        return  # nothing yet: the server creates it
+    require_regular(st, path, "launch log")
 
 
 def _default_log(recipe: Recipe) -> str:

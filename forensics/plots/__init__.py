@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import UsageError
+from forensics.output import out_path
 from forensics.plots.accept import (
     ACCEPT_AGGREGATE,
     ACCEPT_FAMILIES,
@@ -111,7 +112,7 @@ def make_plot(
         raise UsageError(f"plot {kind}: unknown kind", hint=f"one of {', '.join(KINDS)}")
     if out is not None and not str(out).strip():
         raise UsageError("--out '': an empty file name", hint=f"--out forensics-{kind}.png")
-    path = Path(out) if out else default_out(kind)
+    path = out_path(out) if out else default_out(kind)  # as typed (forensics.output)
     image_format(path, own=own)  # a bad --out fails before drawing
     fig = draw(store, match, baseline=baseline, experiment=experiment, group_by=group_by)
     save_figure(fig, path, own=own)

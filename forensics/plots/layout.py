@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import UsageError
-from forensics.output import check_out_path
+from forensics.output import check_out_path, out_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -72,7 +72,7 @@ def save_figure(fig: Figure, out: str | Path, *, own: bool = False) -> Path:
     plots, which ``write_output`` refuses there)."""
     from forensics.output import write_home_file, write_output
 
-    path = Path(out)
+    path = out_path(out)  # as typed (a trailing slash is no file)
     fmt = image_format(path, own=own)  # checks the user's path too (check_out_path)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=110)

@@ -309,7 +309,7 @@ class Store:
             import polars as pl
 
             cond = (pl.col("source_id") == source_id) & where
-            return self._reduced(name, lambda lf: (reduce or _same)(lf.filter(cond)))
+            return self._reduced(name, reduce or _same, where=cond)
         key: Any = name if reduce is None else (name, reduce)
         split = self._by_source.get(key)
         if split is None:
@@ -333,22 +333,36 @@ class Store:
         """A summary of a whole table, computed part by part (see source_rows)."""
         return self._reduced(name, reduce)
 
-    def _reduced(self, name: str, reduce: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
-        """``reduce`` of the table, part by part, then over their union (see source_rows)."""
+    def _reduced(
+        self,
+        name: str,
+        reduce: Callable[[pl.LazyFrame], pl.LazyFrame],
+        *,
+        where: pl.Expr | None = None,
+    ) -> pl.DataFrame:
+        """``reduce`` of the table, part by part, then over their union (see source_rows).
+
+        ``where`` filters the rows before ``reduce``, once: over the union it would look for
+        columns a reduce may have dropped (``show`` keeps five decode columns, not
+        source_id: after a corrupt part was set aside mid-command that was an internal
+        error, issue 14 sixth round)."""
         import polars as pl
 
+        def pick(lf: pl.LazyFrame) -> pl.LazyFrame:
+            return reduce(lf if where is None else lf.filter(where))
+
         if name in self._cache:
-            return reduce(self._cache[name].lazy()).collect()
+            return pick(self._cache[name].lazy()).collect()
         tdir = self.root / "tables" / name
         parts = [tdir / p for p in self.manifest().tables.get(name, [])]
         if not parts:  # no rows yet: the summary of none, over the declared columns
-            return reduce(_empty(name).lazy()).collect()
+            return pick(_empty(name).lazy()).collect()
         try:
             if tdir.is_symlink() or any(p.is_symlink() for p in parts):
                 raise StoreError(f"{tdir}: a symlink among the parts")
-            pieces = [reduce(pl.scan_parquet(p)).collect() for p in parts]
+            pieces = [pick(pl.scan_parquet(p)).collect() for p in parts]
         except Exception:  # a damaged part: the whole read refuses or quarantines it
-            return reduce(self.table(name).lazy()).collect()
+            return pick(self.table(name).lazy()).collect()
         return reduce(pl.concat(pieces, how="diagonal_relaxed").lazy()).collect()
 
     def _quarantine(
