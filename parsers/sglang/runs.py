@@ -35,11 +35,16 @@ def new_run(first_line: int) -> dict[str, Any]:
 
 def touch_lines(runs: dict[int, dict[str, Any]], df: pl.DataFrame, kind: str) -> None:
     """Metrics lines (``run_index``, ``line``, ``ts``) extend their runs."""
-    agg = df.group_by("run_index").agg(
+    aggs = (
         pl.col("line").max().alias("last"),
         pl.col("ts").min().alias("t0"),
         pl.col("ts").max().alias("t1"),
     )
+    of = df["run_index"]
+    if of.min() == of.max():  # one run (a chunk's usual case): no groups
+        agg = df.select(pl.lit(of[0], of.dtype).alias("run_index"), *aggs)
+    else:
+        agg = df.group_by("run_index").agg(*aggs)
     for ri, last, t0, t1 in agg.iter_rows():
         run = runs.get(ri)
         if run is None:
