@@ -304,6 +304,28 @@ def cross_warning(what: str, ref_exp: str | None, exp: str) -> str | None:
     )
 
 
+# An experiment name the user chooses is shown in every table and report: printable text of
+# at most this many characters (issue 14 sixth round: a line break printed raw split the
+# `experiments` listing; 5,000 characters were taken).
+LABEL_MAX = 120
+
+
+def _check_label(label: str) -> None:
+    from forensics.terminal import visible
+
+    if visible(label) != label:  # a control, bidi or zero-width character (the one table)
+        raise UsageError(
+            f"--label {visible(label)}: an experiment name holds a character a terminal "
+            "does not show as text",
+            hint="use letters, digits, spaces and punctuation",
+        )
+    if len(label) > LABEL_MAX:
+        raise UsageError(
+            f"--label: an experiment name of {len(label):,} characters (at most {LABEL_MAX})",
+            hint="a shorter name, e.g. --label 'kimi tuning'",
+        )
+
+
 def set_label(store, match: str, label: str | None) -> list[dict[str, str]]:
     """Put the runs MATCH names (the one name rule) into experiment ``label`` (None: back to
     their key). Returns [{run_id, name, experiment}] of the runs changed."""
@@ -311,6 +333,8 @@ def set_label(store, match: str, label: str | None) -> list[dict[str, str]]:
 
     if label is not None and not label.strip():
         raise UsageError("--label: an empty experiment name", hint="--label 'kimi tuning'")
+    if label is not None:
+        _check_label(label)
     hits = find_runs(store, match, classify=False)
     labels = dict(store.get_meta(LABELS_META) or {})
     out = []

@@ -334,3 +334,32 @@ def test_remote_hosts_trust_of_a_port_that_resets_is_unreachable(tmp_path, banne
             one_error_line(p, f"127.0.0.1:{port}", "(try:")
     finally:
         srv.close()
+
+
+# ------------------------------------------------------------ CLI contract: names
+
+
+@pytest.mark.parametrize("label", ["a\nb", "x\x1b[2Jy", "rtl\u202eexe", "x" * 500])
+def test_cli_contract_an_experiment_name_is_printable_text_of_bounded_length(tmp_path, label):
+    """`experiments --label $'a\\nb' RUN` was stored and printed with a raw line break (the
+    listing split in two); 5,000 characters were taken. experiment._check_label: what
+    terminal.visible would escape, or over LABEL_MAX characters, is exit 2; nothing stored."""
+    _ingested(tmp_path)
+    p = forensics(tmp_path, "experiments", "--label", label, "sglang_baseline")
+    assert p.returncode == 2, p.stdout + p.stderr
+    line = one_error_line(p, "--label", "(try:")
+    assert "\x1b" not in line and "\u202e" not in line
+    listed = forensics(tmp_path, "experiments", "--json")
+    assert listed.returncode == 0
+    assert label not in listed.stdout
+
+
+def test_cli_contract_a_sweep_name_error_names_the_option_and_says_one_fix(tmp_path):
+    """`sweep FILE --name ..` blamed the file and nested the rule's whole error in the hint:
+    `x.toml: name '..' is not a valid name (try: '..' is not a valid launch name (try: …))`."""
+    f = tmp_path / "s.toml"
+    f.write_bytes((FIXTURES / "sweeps" / "sim-mix.toml").read_bytes())
+    p = forensics(tmp_path, "sweep", str(f), "--dry-run", "--name", "..")
+    assert p.returncode == 2, p.stderr
+    line = one_error_line(p, "--name '..'")
+    assert line.count("(try:") == 1 and str(f) not in line

@@ -60,7 +60,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import ConfigError, InputNotFound
+from forensics.errors import ConfigError, InputNotFound, UsageError
 from forensics.sweep.constraints import check
 from forensics_parsers.names import name_from_flags
 
@@ -332,8 +332,10 @@ def load(path: str | Path, *, name: str | None = None) -> Sweep:
 
     try:
         valid_name(str(sweep_name))
-    except Exception as exc:  # noqa: BLE001 - re-raised as the sweep file's error
-        raise _fail(shown, f"name {sweep_name!r} is not a valid name", str(exc)) from None
+    except UsageError as exc:  # the option's error or the file's; one (try: …), the rule's
+        if name:
+            raise UsageError(f"--name {name!r}: not a valid sweep name", hint=exc.hint) from None
+        raise _fail(shown, f"name {sweep_name!r} is not a valid name", exc.hint or "") from None
     return Sweep(
         name=str(sweep_name),
         path=str(p.resolve()),
