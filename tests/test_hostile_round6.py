@@ -363,3 +363,63 @@ def test_cli_contract_a_sweep_name_error_names_the_option_and_says_one_fix(tmp_p
     assert p.returncode == 2, p.stderr
     line = one_error_line(p, "--name '..'")
     assert line.count("(try:") == 1 and str(f) not in line
+
+
+# ------------------------------------------------------------ data loss: a read-only home
+
+
+def _as_bound_by_permissions() -> list[str]:
+    """The command prefix under which file modes bind (root bypasses them): none for a user,
+    root without CAP_DAC_OVERRIDE through setpriv."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: a read-only folder does not bind root")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
+def test_data_loss_a_launch_under_a_read_only_home_is_a_store_error_before_anything_runs(
+    tmp_path,
+):
+    """`launch` with a read-only FORENSICS_HOME said "…/logs: permission denied" (exit 3, as
+    for a missing input) when it made its log folder; the record it cannot write is the
+    store's error: Store.require_writable, exit 7, nothing run, the store as it was."""
+    _ingested(tmp_path)
+    home = tmp_path / "home"
+    before = sorted(p.name for p in home.rglob("*"))
+    for p in [home, *home.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~0o222)
+    env = {**os.environ, "FORENSICS_HOME": str(home)}
+    try:
+        p = subprocess.run(
+            [
+                *_as_bound_by_permissions(),
+                sys.executable,
+                "-m",
+                "forensics",
+                "launch",
+                "--sim",
+                "--name",
+                "ro",
+                "--deadline",
+                "3",
+                "--",
+                "--model-path",
+                "sim://k2",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        for q in [home, *home.rglob("*")]:
+            q.chmod(q.stat().st_mode | 0o200)
+    assert p.returncode == 7, p.stdout + p.stderr
+    one_error_line(p, str(home), "cannot record the launch", "(try:")
+    assert "server started" not in p.stderr
+    assert sorted(q.name for q in home.rglob("*")) == before

@@ -125,6 +125,7 @@ def launch(
 ) -> dict[str, Any]:
     """Start a run safely (see the package doc). Raises LaunchFailed on a blocking finding."""
     valid_name(recipe.name)
+    store.require_writable("cannot record the launch")  # a read-only home: exit 7, nothing run
     token = new_token()
     r = _with_sim(recipe, sim, token)
     if host is not None:

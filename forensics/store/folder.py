@@ -4,6 +4,7 @@ collect. The layout and its crash-safety rules are in the package docstring (for
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import time
@@ -242,6 +243,14 @@ class Store:
     def writable(self) -> bool:
         """Can this process write the store (a read-only mount or folder says no)?"""
         return os.access(self.root, os.W_OK | os.X_OK)
+
+    def require_writable(self, what: str = "cannot write to the store") -> None:
+        """StoreReadOnly (exit 7) at once, for a command that would otherwise start what it
+        cannot record: a launch under a read-only home failed making its log folder (exit 3,
+        "permission denied", issue 14 sixth round) before its store write could say so."""
+        if self.root.is_dir() and not self.writable():
+            denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            raise _write_error(self.root, denied, what)
 
     # -- reading -----------------------------------------------------------------------
     def table(self, name: str) -> pl.DataFrame:
