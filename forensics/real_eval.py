@@ -47,12 +47,26 @@ def group_of(source_url: str, fallback: str) -> str:
     return fallback
 
 
-def read_labels(folder: Path) -> list[dict[str, str]]:
+def _require_folder(typed: str) -> None:
+    """``typed`` (as the user typed it) is a folder: missing is exit 3; a file, FIFO, device,
+    symlink loop or ``file/`` is exit 2 naming what it is (the one stat and the one table of
+    file kinds; it said "no such folder", exit 3, for all of them: issue 14, sixth round)."""
+    from forensics.errors import FileMissing
+    from forensics.hosts.base import KIND_TEXT
+    from forensics.hosts.local import LocalHost
+
+    hint = "give a folder holding labels.csv and <id>.log files"
+    try:
+        st = LocalHost().stat(typed)
+    except FileMissing:
+        raise InputNotFound(f"{typed}: no such folder", hint=hint) from None
+    if st.kind != "dir":
+        raise UsageError(f"{typed}: is {KIND_TEXT.get(st.kind, st.kind)}, not a folder", hint=hint)
+
+
+def read_labels(folder: str | Path) -> list[dict[str, str]]:
+    _require_folder(str(folder))
     folder = Path(folder)
-    if not folder.is_dir():
-        raise InputNotFound(
-            f"{folder}: no such folder", hint="give a folder holding labels.csv and <id>.log files"
-        )
     path = folder / "labels.csv"
     if not path.is_file():
         raise InputNotFound(
@@ -147,8 +161,8 @@ def cv_basis_confidence(files: list[dict[str, Any]], k: float = 2.0) -> list[flo
 
 def evaluate_real(folder: str | Path, model: classifier.Model | None = None) -> dict[str, Any]:
     """Score every labelled file of ``folder`` (see the module docstring for the figures)."""
+    rows = read_labels(folder)  # the path as typed (`x.log/` is no folder)
     folder = Path(folder)
-    rows = read_labels(folder)
     if model is None:
         model = classifier.load_model(None)
     files = []

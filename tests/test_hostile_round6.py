@@ -423,3 +423,32 @@ def test_data_loss_a_launch_under_a_read_only_home_is_a_store_error_before_anyth
     one_error_line(p, str(home), "cannot record the launch", "(try:")
     assert "server started" not in p.stderr
     assert sorted(q.name for q in home.rglob("*")) == before
+
+
+# ------------------------------------------------------------ non-regular: classify eval --real
+
+
+@pytest.mark.parametrize("kind", ["fifo", "file", "slash", "device", "missing"])
+def test_non_regular_classify_eval_real_names_what_the_path_is(tmp_path, kind):
+    """`classify eval --real X` said "no such folder" (exit 3) for a FIFO, a device or a
+    symlink loop, click's "Directory '…' is a file." (no fix) for a file, and read `x.log/`
+    as `x.log`. real_eval._require_folder: one stat of the path as typed, the one table of
+    file kinds: exit 2 naming what it is; missing stays exit 3."""
+    target = tmp_path / "x.log"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind in ("file", "slash"):
+        target.write_text("x\n")
+    elif kind == "device":
+        target = Path("/dev/null")
+    arg = f"{target}/" if kind == "slash" else str(target)
+    p = forensics(tmp_path, "classify", "eval", "--real", arg)
+    want = {
+        "fifo": "FIFO",
+        "file": "regular file",
+        "slash": "not a directory",
+        "device": "device",
+        "missing": "no such folder",
+    }[kind]
+    assert p.returncode == (3 if kind == "missing" else 2), p.stderr
+    one_error_line(p, arg, want, "(try:")
