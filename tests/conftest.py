@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ pytest_plugins = [
         "tests.plugins.sim",
         "tests.plugins.faultserver",
         "tests.plugins.slurm",
+        "tests.plugins.leaks",
     )
     if importlib.util.find_spec(name) is not None
 ]
@@ -50,6 +54,34 @@ def shared_dir() -> Path:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} is missing: the suite needs ../shared beside the checkout")
     return SHARED
+
+
+def procs_with(text: str) -> list[int]:
+    """The pids of the live processes whose command line holds ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in cmd:
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def sleep_marker() -> str:
+    """A unique argument for the ``sleep`` a test starts (``1000.NNNNNN``: ~17 minutes) and
+    checks is gone; whatever still sleeps with it when the test ends is killed, also when the
+    test failed (a sleep started over SSH has a fresh environment: tests/plugins/leaks.py
+    cannot see it)."""
+    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+    yield marker
+    for pid in procs_with(f"sleep {marker}"):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def env_flag(name: str) -> bool:

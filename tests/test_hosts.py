@@ -6,7 +6,6 @@ import functools
 import hashlib
 import os
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,7 @@ from forensics.errors import (
     InputNotFound,
 )
 from forensics.hosts import LocalHost, ReadIncomplete, load_config, resolve_location
-
-
-def _procs_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmd:
-            found.append(int(entry))
-    return found
+from tests.conftest import procs_with
 
 
 def test_run_captures_rc_and_both_streams():
@@ -50,13 +36,13 @@ def test_run_feeds_stdin():
     assert LocalHost().run("tr a-z A-Z", timeout=10, stdin=b"abc").stdout == b"ABC"
 
 
-def test_s05_deadline_kills_the_whole_group():
-    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+def test_s05_deadline_kills_the_whole_group(sleep_marker):
+    marker = sleep_marker
     with pytest.raises(DeadlineExceeded) as ei:
         LocalHost().run(f"sleep {marker} & sleep {marker}; wait", timeout=0.5)
     assert ei.value.exit_code == EXIT_DEADLINE
     assert ei.value.result.timed_out  # type: ignore[attr-defined]
-    assert _procs_with(f"sleep {marker}") == []
+    assert procs_with(f"sleep {marker}") == []
 
 
 def test_deadline_can_be_returned_instead_of_raised():
@@ -348,20 +334,16 @@ def test_parse_address_forms():
     assert hosts.parse_address("h")[1:] == ("h", 22)
 
 
-def test_s06_spill_of_a_stream_a_background_process_keeps_open(tmp_path):
+def test_s06_spill_of_a_stream_a_background_process_keeps_open(tmp_path, sleep_marker):
     # the command ends but its background child still holds stdout: the run returns after the
-    # drain grace, keeps the spill written so far and says it may be incomplete
-    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
-    try:
-        res = LocalHost().run(
-            f"head -c 5000 /dev/zero; sleep {marker} & exit 0",
-            timeout=30,
-            max_output=1000,
-            spill_dir=tmp_path / "spill",
-        )
-        assert res.rc == 0 and len(res.stdout) == 1000
-        assert Path(res.stdout_spill).read_bytes() == bytes(5000)
-        assert "a background process still writes" in res.spill_error
-    finally:
-        for pid in _procs_with(f"sleep {marker}"):
-            os.kill(pid, 9)  # the background sleep this test started
+    # drain grace, keeps the spill written so far and says it may be incomplete (the background
+    # sleep runs on: sleep_marker kills it)
+    res = LocalHost().run(
+        f"head -c 5000 /dev/zero; sleep {sleep_marker} & exit 0",
+        timeout=30,
+        max_output=1000,
+        spill_dir=tmp_path / "spill",
+    )
+    assert res.rc == 0 and len(res.stdout) == 1000
+    assert Path(res.stdout_spill).read_bytes() == bytes(5000)
+    assert "a background process still writes" in res.spill_error

@@ -11,7 +11,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,10 @@ from forensics.errors import (
     RemoteError,
 )
 from forensics.hosts import LocalHost, ReadIncomplete, SSHHost, get_host, resolve_location
+from tests.conftest import procs_with
 from tests.plugins.sshd import ancestors, proc_stat
 
-from .test_hosts import S06_SCRIPT, _procs_with, check_s06_spill, record_capped, s06_expected
+from .test_hosts import S06_SCRIPT, check_s06_spill, record_capped, s06_expected
 
 
 @pytest.fixture
@@ -106,16 +106,16 @@ def test_write_and_makedirs_over_sftp(ssh_host, tmp_path):
     assert ssh_host.exists(str(d / "f.json")) and ssh_host.is_dir(str(d))
 
 
-def test_s05_deadline_raises_and_remote_process_is_gone(ssh_host):
-    marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+def test_s05_deadline_raises_and_remote_process_is_gone(ssh_host, sleep_marker):
+    marker = sleep_marker
     with pytest.raises(DeadlineExceeded) as ei:
         ssh_host.run(f"sleep {marker}", timeout=1)
     assert ei.value.exit_code == EXIT_DEADLINE
     for _ in range(50):
-        if not _procs_with(f"sleep {marker}"):
+        if not procs_with(f"sleep {marker}"):
             break
         time.sleep(0.1)
-    assert _procs_with(f"sleep {marker}") == []
+    assert procs_with(f"sleep {marker}") == []
 
 
 def test_s06_huge_stdout_and_stderr_complete(ssh_host):
@@ -172,8 +172,8 @@ class _RemoteSleep:
     processes this test started are ever signalled.
     """
 
-    def __init__(self, host, listener: int, tmp_path: Path, timeout: float):
-        self.marker = f"1000.{uuid.uuid4().int % 10**6:06d}"
+    def __init__(self, host, listener: int, tmp_path: Path, timeout: float, marker: str):
+        self.marker = marker  # the sleep_marker fixture's: killed at the end, also on failure
         self.pidfile = tmp_path / f"remote-{self.marker}.pid"
         self.caught: list[BaseException] = []
         self.sleeper: int | None = None
@@ -218,10 +218,10 @@ def _check_lost(exc: BaseException, address: str, what: str) -> None:
 
 
 def test_s07_connection_drop_mid_command_is_a_remote_error_then_reconnects(
-    ssh_host, sshd_server, tmp_path
+    ssh_host, sshd_server, tmp_path, sleep_marker
 ):
     old_transport = ssh_host._client.get_transport()
-    job = _RemoteSleep(ssh_host, sshd_server.proc.pid, tmp_path, timeout=300)
+    job = _RemoteSleep(ssh_host, sshd_server.proc.pid, tmp_path, 300, sleep_marker)
     try:
         os.kill(job.sshd_child, 9)  # the connection drops: sshd's child dies
         exc = job.error()
@@ -234,14 +234,16 @@ def test_s07_connection_drop_mid_command_is_a_remote_error_then_reconnects(
     assert get_host("sshtest").run("echo cached", timeout=10).ok
 
 
-def test_s07_silent_link_is_caught_by_the_deadline_then_replaced(sshd_server, tmp_path):
+def test_s07_silent_link_is_caught_by_the_deadline_then_replaced(
+    sshd_server, tmp_path, sleep_marker
+):
     # a link that goes silent (a firewall drop): the sshd child is stopped, not killed
     _config(sshd_server, connect_timeout=1)
     host = get_host("sshtest")
     old_transport = host._client.get_transport()
     job = None
     try:
-        job = _RemoteSleep(host, sshd_server.proc.pid, tmp_path, timeout=1)
+        job = _RemoteSleep(host, sshd_server.proc.pid, tmp_path, 1, sleep_marker)
         os.kill(job.sshd_child, signal.SIGSTOP)
         exc = job.error()
         _check_lost(exc, sshd_server.address, "connection stopped answering")
