@@ -57,16 +57,18 @@ def shared_dir() -> Path:
 
 
 def procs_with(text: str) -> list[int]:
-    """The pids of the live processes whose command line holds ``text``."""
+    """The pids of the live processes whose command line (its arguments joined by spaces)
+    holds ``text``. The arguments are NUL-separated in /proc: matched as they were, ``sleep
+    1000.N`` found only a shell running it, never the sleep itself."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if text.encode() in cmd:
+        if text.encode() in cmd:  # the arguments joined by spaces, as `ps` shows them
             found.append(int(entry))
     return found
 
