@@ -25,6 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from forensics.localsshd import die_with_starter
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "sinfo")
 START_TIMEOUT_S = 30.0
@@ -192,7 +194,11 @@ def _start_daemons(cluster: LocalSlurm, key: Path, sock: Path) -> None:
         fh = open(root / log, "ab")  # noqa: SIM115 - the daemon's stdout, closed with it
         procs.append(
             subprocess.Popen(
-                argv, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+                die_with_starter(argv),
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         )
         fh.close()
@@ -215,14 +221,19 @@ def _start_daemons(cluster: LocalSlurm, key: Path, sock: Path) -> None:
     _wait(idle, f"node {node} never became idle", procs, cluster)
 
 
+def _daemon(p: subprocess.Popen) -> str:
+    """The daemon's name (its argv follows setpriv's ``--``: die_with_starter)."""
+    args = [str(a) for a in p.args]
+    return Path(args[args.index("--") + 1] if "--" in args else args[0]).name
+
+
 def _wait(ok, what: str, procs: list[subprocess.Popen], cluster: LocalSlurm) -> None:  # noqa: ANN001
     end = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < end:
         dead = [p for p in procs if p.poll() is not None]
         if dead:
             raise SlurmUnavailable(
-                f"{Path(str(dead[0].args[0])).name} exited {dead[0].returncode}: "
-                + cluster.logs()[-1500:]
+                f"{_daemon(dead[0])} exited {dead[0].returncode}: " + cluster.logs()[-1500:]
             )
         if ok():
             return

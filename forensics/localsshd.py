@@ -25,6 +25,15 @@ class SSHDUnavailable(ForensicsError):
     """sshd or ssh-keygen is missing, or the server would not start."""
 
 
+def die_with_starter(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when the process that started it dies (util-linux's
+    ``setpriv --pdeathsig``, which then execs it): a throwaway daemon (this sshd, the local
+    Slurm's) never outlives a test worker killed before its finalizers ran (``timeout pytest``,
+    a cancelled CI job). Unchanged where setpriv is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
+
+
 @dataclasses.dataclass
 class LocalSSHD:
     host: str
@@ -155,7 +164,7 @@ def start_sshd(d: Path, host_key: Path, auth_keys: Path) -> tuple[subprocess.Pop
         log = d / f"sshd-{port}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sshd, "-D", "-e", "-f", str(cfg)],
+                die_with_starter([sshd, "-D", "-e", "-f", str(cfg)]),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
