@@ -30,13 +30,18 @@ class SSHD(LocalSSHD):
 @pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory) -> SSHD:
     d = tmp_path_factory.mktemp("sshd")
+    server = None
     try:
         server = local_sshd(d)
         other_key, other_host_key = d / "other_ed25519", d / "other_host_ed25519"
         keygen(other_key, "forensics-test-other-user")
         keygen(other_host_key, "forensics-test-other-host")
-    except SSHDUnavailable as exc:
-        pytest.fail(f"the SSH tests need a real OpenSSH server: {exc}")
+    except BaseException as exc:
+        if server is not None:  # started, then the other keys failed: not left running
+            server.stop()
+        if isinstance(exc, SSHDUnavailable):
+            pytest.fail(f"the SSH tests need a real OpenSSH server: {exc}")
+        raise
     other_pub = " ".join((d / "other_host_ed25519.pub").read_text().split()[:2])
     fields = {f.name: getattr(server, f.name) for f in dataclasses.fields(LocalSSHD)}
     srv = SSHD(**fields, other_identity=str(other_key), other_host_key=other_pub)
