@@ -21,6 +21,7 @@ MARK = "«redacted:"
 SECRET_KEY = (
     r"(?:[A-Za-z_]*api[_-]?key|[A-Za-z_]*_token|hf_token|hugging_?face_hub_token|"
     r"[A-Za-z_]*password[A-Za-z_]*|[A-Za-z_]*passwd|[A-Za-z]\w*_pwd|[A-Za-z_]*secret[A-Za-z_]*|"
+    r"[A-Za-z_]*passphrase|"
     r"authorization|proxy-authorization|cookie|x-api-key|x-[a-z-]*(?:auth|access|session)-token|"
     r"access_key(?:_id)?)"
 )
@@ -28,7 +29,7 @@ SECRET_KEYS = re.compile(r"(?i)^" + SECRET_KEY + r"$")
 # the same keys as command-line flags (`--api-key`, `--ssl-keyfile-password`, `--hf-token`)
 SECRET_FLAG = (
     r"(?:[a-z-]*api-key|[a-z-]*-token|hf-token|token|[a-z-]*password[a-z-]*|[a-z-]*passwd|"
-    r"[a-z-]*secret[a-z-]*|access-key(?:-id)?|oauth2-bearer)"
+    r"[a-z-]*secret[a-z-]*|[a-z-]*passphrase|access-key(?:-id)?|oauth2-bearer)"
 )
 # Passwords other programs take as options on a command line (a chain that lint quotes, the
 # launch journal): (name, the programs, the option whose value follows, glued or after a space).
@@ -59,7 +60,8 @@ RULES: list[tuple[str, str]] = [
         r"(?i)(?<![\w-])(?P<q>['\"]?)"
         + SECRET_KEY
         + r"(?P=q)\s*(?:=(?!=)|:)\s*(?!\s*(?:None|True|False|null|''|\"\")(?:[\s,)}\]]|$))"
-        r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:" + AUTH_SCHEME + r"\s+)?[^\s,)}\]'\"]+)",
+        # (a value in escaped quotes, `key=\'x\'`, is read by the escaped forms: ESCAPES)
+        r"(?!\\['\"])(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:" + AUTH_SCHEME + r"\s+)?[^\s,)}\]'\"]+)",
     ),
     # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
     (
@@ -90,6 +92,8 @@ RULES: list[tuple[str, str]] = [
     ("bearer", r"(?i)(?<![\w-])Bearer\s+(?P<v>[A-Za-z0-9._\-+/=~]{6,})"),
     # credentials in URLs: scheme://user:password@host
     ("url_password", r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
+    # the same without a scheme, an ssh-style address: user:password@host
+    ("address_password", r"(?<![\w/:@.%*-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])"),
     ("query_token", r"(?i)[?&](?:token|access_token|api_key|key|sig|signature)=(?P<v>[^&\s'\"]+)"),
     # a password option of another program (SECRET_OPTIONS), after the words before it
     *(
@@ -108,6 +112,7 @@ _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
+    r"passphrase|[a-z0-9._~-]:[^\s/@:'\"]+@|%[0-9a-f]{2}|"
     r"secret|authorization|access_key|[?&](?:key|sig|signature)=|akia|asia|agpa|aida|aroa|aipa|"
     r"anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|private key|_pwd|"
     r"oauth2-bearer|mysql|mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|"
@@ -118,7 +123,7 @@ HINT = (
 # words by a shorter stem, case-insensitive as HINT), and polars runs these short patterns far
 # faster than HINT's long case-insensitive alternation. HINT then decides on what they pick.
 HINT_SIEVE = (
-    r"(?i)api[_-]?k|bearer|passw|secret|authoriz|sk-",
+    r"(?i)api[_-]?k|bearer|passw|passphr|secret|authoriz|sk-",
     r"[_=]",
     # the provider prefixes of RULES, as they are written (case-sensitive, like those rules),
     # and the programs of SECRET_OPTIONS (`_pwd` is `[_=]`'s). Header names (`Cookie:`,
@@ -128,6 +133,8 @@ HINT_SIEVE = (
     r"mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|skopeo|helm|openssl|curl|"
     r"smbclient|rpcclient|smbmap|mount\.cifs|htpasswd",
     r"--|://",
+    # escaped forms (ESCAPES: what the views decode) and a scheme-less user:password@host
+    r"%[0-9A-Fa-f]{2}|\\['\"]|[A-Za-z0-9._~-]:[^\s/@:'\"]+@",
 )
 
 
@@ -158,11 +165,82 @@ def _sub(m: re.Match[str]) -> str:
 
 def redact(text: str) -> str:
     """Every secret of a text replaced by its mark (a text of several lines: also the body
-    lines of a PEM private key block, ``pem_lines``)."""
+    lines of a PEM private key block, ``pem_lines``), in its plain form and in its escaped
+    forms (``ESCAPES``: JSON- or shell-escaped quotes, URL-encoded)."""
     if "\n" in text and _PEM_BEGIN in text:
         return "\n".join(pem_lines([redact(t) for t in text.split("\n")])[0])
+    text = _redact_escaped(text)
     for _, rx in _RULES:
         text = rx.sub(_sub, text)
+    return text
+
+
+# Escaped forms of a text (one mechanism for all of them): each row decodes one escape
+# (`\"` -> `"`, `%3D` -> `=`); the decoded view is searched by the same RULES and what they
+# find is mapped back to the original's characters. Applied up to ESCAPE_DEPTH times (a JSON
+# document quoted inside another, a URL encoded twice).
+ESCAPES: tuple[tuple[str, re.Pattern[str], object], ...] = (
+    ("backslash", re.compile(r"\\([\"'\\/])"), lambda m: m.group(1)),
+    ("percent", re.compile(r"%([0-9A-Fa-f]{2})"), lambda m: chr(int(m.group(1), 16))),
+)
+ESCAPE_DEPTH = 3
+
+
+def _views(text: str) -> list[tuple[str, list[int]]]:
+    """The decoded views of ``text``: (view, where each view character starts in ``text``,
+    plus the end). Only views that differ from ``text``."""
+    out: list[tuple[str, list[int]]] = []
+    todo = [(text, list(range(len(text) + 1)))]
+    for _ in range(ESCAPE_DEPTH):
+        nxt = []
+        for view, starts in todo:
+            for _, rx, dec in ESCAPES:
+                if not rx.search(view):
+                    continue
+                chars: list[str] = []
+                at: list[int] = []
+                pos = 0
+                for m in rx.finditer(view):
+                    chars.append(view[pos : m.start()])
+                    at.extend(starts[pos : m.start()])
+                    chars.append(dec(m))  # type: ignore[operator]
+                    at.append(starts[m.start()])
+                    pos = m.end()
+                chars.append(view[pos:])
+                at.extend(starts[pos:])
+                nxt.append(("".join(chars), at))
+        out += nxt
+        todo = nxt
+        if not todo:
+            break
+    return out
+
+
+def _escaped_spans(text: str) -> list[tuple[int, int, str]]:
+    """Secrets of ``text`` found only in an escaped form: (start, end, the decoded value)."""
+    if "\\" not in text and "%" not in text:
+        return []
+    plain = set(_plain_spans(text))
+    found = []
+    for view, at in _views(text):
+        for s, e in _plain_spans(view):
+            span = (at[s], at[e])
+            if span not in plain and span[0] < span[1]:
+                found.append((*span, view[s:e]))
+    found.sort()
+    merged: list[tuple[int, int, str]] = []
+    for s, e, v in found:
+        if merged and s < merged[-1][1]:
+            ps, pe, pv = merged[-1]
+            merged[-1] = (ps, max(pe, e), pv if pe >= e else pv + v)
+        else:
+            merged.append((s, e, v))
+    return merged
+
+
+def _redact_escaped(text: str) -> str:
+    for s, e, value in reversed(_escaped_spans(text)):
+        text = text[:s] + redact_value(value) + text[e:]
     return text
 
 
@@ -206,7 +284,12 @@ def redact_data(data):  # noqa: ANN001, ANN201 - any JSON-like value
 
 def secret_spans(text: str) -> list[tuple[int, int]]:
     """Where ``redact`` finds a secret in ``text`` (one line): the (start, end) of each value,
-    by the same RULES (quotes and an Authorization scheme word left out, as ``_sub`` does)."""
+    by the same RULES (quotes and an Authorization scheme word left out, as ``_sub`` does),
+    in its plain and its escaped forms (``ESCAPES``)."""
+    return _plain_spans(text) + [(s, e) for s, e, _ in _escaped_spans(text)]
+
+
+def _plain_spans(text: str) -> list[tuple[int, int]]:
     spans = []
     for _, rx in _RULES:
         for m in rx.finditer(text):
