@@ -15,7 +15,8 @@ import re
 from collections.abc import Callable, Iterator
 
 from forensics.recipe import Recipe
-from forensics_parsers.shell import Chain, Step, fetched_scripts, nested_steps
+from forensics_parsers.shell import Chain, Step, nested_steps
+from forensics_parsers.shell_fetch import fetched_code
 
 
 def _flag(argv: list[str], *names: str) -> str | None:
@@ -274,13 +275,16 @@ def ignored_signals(chain: Chain) -> Iterator[tuple[Step, str]]:
 
 
 def fetched_runs(chain: Chain) -> Iterator[tuple[Step, str]]:
-    """A shell (or ``source``, ``at``) that runs what a download prints: ``curl -s URL | bash``,
-    ``. <(curl …)``, ``bash <(wget -qO- URL)``. What it runs is not in the chain."""
-    for step in chain.steps:
-        for s in [step, *nested_steps(step)]:
-            for fetch in fetched_scripts(s.commands):
-                yield (
-                    step,
-                    f"the script `{fetch}` downloads is run as it arrives: lint cannot read it, "
-                    "and a replay runs whatever the URL serves then (any kill, any removal)",
-                )
+    """Downloaded code that the chain runs (``shell_fetch.fetched_code``: a script read as it
+    arrives, ``python -c "$(curl …)"``, a file a download wrote run later). What it runs is
+    not in the chain."""
+    seen: set[tuple[int, str]] = set()
+    for step, fetch, how in fetched_code(chain.steps):
+        if (step.index, fetch + how) in seen:
+            continue
+        seen.add((step.index, fetch + how))
+        yield (
+            step,
+            f"the script `{fetch}` downloads {how}: lint cannot read it, "
+            "and a replay runs whatever the URL serves then (any kill, any removal)",
+        )

@@ -380,12 +380,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "runs-fetched-script",
         "error",
-        "a shell that runs a downloaded script: `curl -s URL | bash`, `. <(curl …)`, "
-        "`bash <(wget -qO- URL)`, `source /dev/stdin` fed by a download",
+        "a shell or interpreter that runs downloaded code: `curl -s URL | bash`, "
+        '`. <(curl …)`, `python -c "$(curl …)"`, `eval "$(wget -qO- URL)"`, or a file '
+        "a download saved (`curl -o x URL; bash x`, `wget URL/i.sh; chmod +x i.sh; ./i.sh`)",
         "what it runs is not in the chain: no rule can see its kills or removals, and a "
         "replay runs whatever the URL serves at that moment",
-        "download it first and read it (`curl -fsSLo setup.sh URL`), then run the saved copy "
-        "(`bash setup.sh`), or put its steps in the chain",
+        "download it once, read it, and put its steps in the chain (or keep the script "
+        "beside the recipe under a name of its own, not written by the chain's download)",
         _steps(lambda ctx: hazards.fetched_runs(ctx.chain)),
         replay="refuse",
     ),

@@ -265,6 +265,29 @@ STDIN_FILES = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-")
 FETCHERS = ("curl", "wget", "fetch", "http", "https", "xh", "lwp-request", "GET")
 _PROC_SUB = re.compile(r"^<\((.*)\)$", re.S)
 STDIN = "<stdin>"
+# Interpreters that run a script file given as their first word (`python3 x.py`), or their
+# stdin given none (`curl URL | python3`), unless given code (`-c`, `-e`) or a module (`-m`).
+INTERPRETERS = ("python", "perl", "ruby", "node", "php", "Rscript", "lua", "tclsh")
+INTERPRETER_CODE_OPTIONS = ("-c", "-e", "-E", "-m", "-r", "--eval", "-p", "--print")
+
+
+def given_code(word: str) -> bool:
+    """An interpreter's option that gives it code or a module: ``-c``, ``-mjson.tool``,
+    ``--eval=…``."""
+    if word.startswith("--"):
+        return word.split("=", 1)[0] in INTERPRETER_CODE_OPTIONS
+    return word[:2] in INTERPRETER_CODE_OPTIONS
+
+
+def _interpreter_input(inner: list[str]) -> str | None:
+    """``_script_input`` of an INTERPRETERS command (its argv after wrappers)."""
+    if any(given_code(a) for a in inner[1:]):
+        return None
+    files = [a for a in inner[1:] if not a.startswith("-") or a == "-"]
+    if not files or files[0] in STDIN_FILES:
+        return STDIN
+    m = _PROC_SUB.match(files[0])
+    return m.group(1) if m else None
 
 
 def _script_input(argv: list[str]) -> str | None:
@@ -273,6 +296,8 @@ def _script_input(argv: list[str]) -> str | None:
     the commands whose output it is), else None (a script of its own, a file on disk)."""
     inner, _ = unwrap(argv)
     name = inner[0].rsplit("/", 1)[-1] if inner else ""
+    if _VERSIONED.sub("", name) in INTERPRETERS:
+        return _interpreter_input(inner)
     if name in STDIN_SCRIPT_READERS:
         return None if "-f" in inner else STDIN
     if name not in SCRIPT_FILE_READERS or shell_script(argv) is not None:
@@ -297,6 +322,11 @@ def _output_of(text: str) -> tuple[str | None, str | None]:
     argvs = [unwrap(c.argv)[0] for c in commands]
     fetch = next((c.text for c, a in zip(commands, argvs) if a and a[0] in FETCHERS), None)
     return echoed(argvs[-1]), fetch
+
+
+def fetcher_output(text: str) -> str | None:
+    """The download command whose output a pipeline (as text) prints, else None."""
+    return _output_of(text)[1]
 
 
 def _fed(commands: list[Command]) -> list[tuple[str | None, str | None]]:

@@ -5,7 +5,8 @@ read from the tokens of parsers/shell_lexer.py as tables (pure, never evaluates)
   `( a ) b`, a chain ending in `&&`);
 - KEYWORDS: the reserved words where a command starts -> what must be open before them and
   what they open (`fi` without `if`, `do` outside a loop, an `if` never closed);
-- brackets: a `)` or `}` that nothing opened, a `{` never closed, `{ }`.
+- brackets: a `)`, `}` or `]]` that nothing opened, a `{` or `[[` never closed, `{ }`;
+- `function` with no name after it.
 
 Not checked: the grammar inside ``[[ … ]]`` and of a ``case``'s patterns.
 """
@@ -43,36 +44,40 @@ PREFIXES = ("!", "time", "coproc")  # words before a pipeline
 _COMMAND_STARTS = ("start", "(", "{", "\n", "fdef)", "case)", "case;;", *PREFIXES,
                    *BODY_KEYWORDS, *_OPERATORS)  # fmt: skip
 # After these a compound command has ended: only an operator, a redirection or a closer follows.
-_ENDS = (")", "}", "fi", "done", "esac")
+_ENDS = (")", "}", "fi", "done", "esac", "]]")
 _CLOSERS = ("then", "elif", "else", "fi", "do", "done", "esac", "}")
-_NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", *BODY_KEYWORDS, *_OPERATORS)
+# ("function": the word `function` where a command starts, still waiting for its name)
+_NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", "function", *BODY_KEYWORDS, *_OPERATORS)
 # token -> the tokens right before it after which it may not come ("start": the beginning;
 # "redir": a redirection still waiting for its file; "end": the end of the text; "{" / "}":
 # braces where a command starts; "fdef)": the `()` of a function definition).
 SYNTAX_RULES: dict[str, tuple[str, ...]] = {
-    **{op: _NO_COMMAND_YET for op in _OPERATORS},
+    # (`f() ;`, `function g &&`: a function header with no body)
+    **{op: (*_NO_COMMAND_YET, "fdef)", "fname") for op in _OPERATORS},
     # a `(` after a word: only `NAME()` where a command starts defines a function
-    "(": ("word", "assign", "fname", "redir", *_ENDS),
+    "(": ("word", "assign", "fname", "redir", "function", *_ENDS),
     ")": ("start", "(", "{", "&&", "||", "|", "|&", "redir"),
-    "}": ("{", "&&", "||", "|", "|&", "redir", *BODY_KEYWORDS),
+    "}": ("{", "&&", "||", "|", "|&", "redir", *BODY_KEYWORDS, *PREFIXES),
     "word": (*_ENDS, "fdef)", "fname"),  # `( a ) b`, `fi b`, `f() b`, `function g b`
+    "[[": (*_ENDS, "fname"),  # a test opens where a word may stand (also a function body)
+    "]]": _NO_COMMAND_YET,  # `]]` where a command starts: no `[[` opened it
     "assign": (*_ENDS, "fdef)", "fname"),
     "array": ("word",),  # `a x=(1 2)`: an array only as an assignment before a command
-    "\n": ("redir",),
-    "end": ("&&", "||", "|", "|&", "redir", "fdef)", "fname"),  # `f()`, `function g`: no body
+    "\n": ("redir", "function"),
+    "end": ("&&", "||", "|", "|&", "redir", "fdef)", "fname", "function"),  # `f()`: no body
 }
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
-_OPENER = {")": "(", "}": "{"}
+_OPENER = {")": "(", "}": "{", "]]": "[["}
 
 
 def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
     """A word's key: a reserved word or a brace where a command starts (a closer also right
     after a compound command), ``!`` / ``time`` / ``coproc`` there, else ``word``."""
     starts = prev in _COMMAND_STARTS
-    closes = prev in _ENDS or (starts and prev not in PREFIXES)  # `time fi` runs `fi`
+    closes = prev in _ENDS or starts  # `time fi`, `! do`: reserved there too (bash refuses)
     if (closes and word in _CLOSERS) or (starts and word in KEYWORDS and word not in _CLOSERS):
         return word
-    if starts and (word == "{" or word in PREFIXES):
+    if starts and (word in ("{", "function", "]]") or word in PREFIXES):
         return word
     if word == "esac" and len(keyed) > 2 and keyed[-3][0] == "case" and keyed[-1][1].value == "in":
         return word  # `case x in esac`
@@ -121,9 +126,7 @@ def _no_command_word(keyed: list[tuple[str, _Tok]]) -> bool:
 def _after_function(prev: str, keyed: list[tuple[str, _Tok]]) -> bool:
     """Whether the last token is the word `function` where a command starts (so this word is
     the function's name)."""
-    if prev != "word" or not keyed or keyed[-1][1].value != "function":
-        return False
-    return (keyed[-2][0] if len(keyed) > 1 else "start") in _COMMAND_STARTS
+    return prev == "function"
 
 
 def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
@@ -134,8 +137,11 @@ def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
     prev, in_test = "start", False
     for k, t in enumerate(toks):
         key = t.value if t.kind == "op" else t.kind
-        if in_test or (t.kind == "word" and t.value == "[[" and prev in _COMMAND_STARTS):
-            in_test, key = t.value != "]]", "word"
+        if in_test:  # the words of a test, up to its `]]`
+            in_test = t.value != "]]"
+            key = "word" if in_test else "]]"
+        elif t.kind == "word" and t.value == "[[" and prev in _COMMAND_STARTS:
+            in_test, key = True, "[["
         elif in_case and key in (")", ";;"):
             key = "case" + key
         elif in_case and key == "(" and (prev in ("case;;",) or toks[k - 1].value == "in"):
@@ -157,7 +163,7 @@ def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
 def syntax_errors(toks: list[_Tok]) -> list[str]:
     """What the shell would refuse the tokens for (first found first)."""
     errors: list[str] = []
-    prev, depth, open_ = "start", {"(": 0, "{": 0}, []
+    prev, depth, open_ = "start", {"(": 0, "{": 0, "[[": 0}, []
     for key, t in [*syntax_keys(toks), ("end", _Tok("end", "end", -1, -1))]:
         found = _token_error(key, t, prev, depth) or _keyword_error(key, open_)
         if found:
@@ -181,8 +187,11 @@ def _token_error(key: str, t: _Tok, prev: str, depth: dict[str, int]) -> str | N
         return f"the chain ends with '{prev}'"
     if key in _OPENER and depth[_OPENER[key]] == 0:
         return f"syntax error near unexpected token `{key}`: no `{_OPENER[key]}` opens it"
-    if key == "end" and depth["{"]:
-        return "syntax error: unexpected end of text: a `{` is not closed by a `}`"
+    for opener, closer in (("{", "}"), ("[[", "]]")):
+        if key == "end" and depth[opener]:
+            return (
+                f"syntax error: unexpected end of text: a `{opener}` is not closed by a `{closer}`"
+            )
     return None
 
 
