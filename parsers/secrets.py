@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # polars only for ``redact_lines``: the rest runs on a bare python3 (a
+    import polars as pl  # launch's host runs this module's source: launcher/scrub.py)
 
 MARK = "«redacted:"
 
@@ -93,7 +95,8 @@ RULES: list[tuple[str, str]] = [
     # credentials in URLs: scheme://user:password@host
     ("url_password", r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
     # the same without a scheme, an ssh-style address: user:password@host
-    ("address_password", r"(?<![\w/:@.%*-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])"),
+    # (not the word after a mark's `«`: `«redacted:…»@` is a mark already)
+    ("address_password", r"(?<![\w/:@.%*«-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])"),
     ("query_token", r"(?i)[?&](?:token|access_token|api_key|key|sig|signature)=(?P<v>[^&\s'\"]+)"),
     # a password option of another program (SECRET_OPTIONS), after the words before it
     *(
@@ -132,9 +135,8 @@ HINT_SIEVE = (
     r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|mysql|"
     r"mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|skopeo|helm|openssl|curl|"
     r"smbclient|rpcclient|smbmap|mount\.cifs|htpasswd",
-    r"--|://",
-    # escaped forms (ESCAPES: what the views decode) and a scheme-less user:password@host
-    r"%[0-9A-Fa-f]{2}|\\['\"]|[A-Za-z0-9._~-]:[^\s/@:'\"]+@",
+    # and escaped forms (ESCAPES: what the views decode), a scheme-less user:password@host
+    r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|@",
 )
 
 
@@ -176,66 +178,68 @@ def redact(text: str) -> str:
 
 
 # Escaped forms of a text (one mechanism for all of them): each row decodes one escape
-# (`\"` -> `"`, `%3D` -> `=`); the decoded view is searched by the same RULES and what they
-# find is mapped back to the original's characters. Applied up to ESCAPE_DEPTH times (a JSON
-# document quoted inside another, a URL encoded twice).
-ESCAPES: tuple[tuple[str, re.Pattern[str], object], ...] = (
-    ("backslash", re.compile(r"\\([\"'\\/])"), lambda m: m.group(1)),
-    ("percent", re.compile(r"%([0-9A-Fa-f]{2})"), lambda m: chr(int(m.group(1), 16))),
+# (`\\"` -> `"`, `%3D` -> `=`); a view decodes them all, up to ESCAPE_DEPTH times (a JSON
+# document quoted inside another, then in a shell chain, then in a stored recipe's JSON), and
+# the same RULES search each view; what they find is mapped back to the original's characters.
+# A list of words (`["--api-key", "X"]`, `['--hf-token', 'X']`: an argv printed as JSON or a
+# repr) is one more view, its items joined by spaces as a command line has them.
+ESCAPES: tuple[tuple[str, str, object], ...] = (
+    ("backslash", r"\\[\"'\\/]", lambda t: t[1]),
+    ("percent", r"%[0-9A-Fa-f]{2}", lambda t: chr(int(t[1:], 16))),
 )
-ESCAPE_DEPTH = 3
+_ESCAPED = re.compile("|".join(f"(?P<{n}>{p})" for n, p, _ in ESCAPES))
+_DECODE = {n: d for n, _, d in ESCAPES}
+_LIST_ITEMS = re.compile(r"""["']\s*,\s*["']""")
+ESCAPE_DEPTH = 6
+
+
+def _decoded(text: str, at: list[int], rx: re.Pattern[str], dec) -> tuple[str, list[int]]:  # noqa: ANN001
+    """``text`` with each match of ``rx`` replaced by ``dec(match)``, and where each of its
+    characters starts in the original (``at``: the same for ``text``, plus its end)."""
+    chars: list[str] = []
+    out: list[int] = []
+    pos = 0
+    for m in rx.finditer(text):
+        chars.append(text[pos : m.start()])
+        out.extend(at[pos : m.start()])
+        chars.append(dec(m))
+        out.append(at[m.start()])
+        pos = m.end()
+    chars.append(text[pos:])
+    out.extend(at[pos:])
+    return "".join(chars), out
 
 
 def _views(text: str) -> list[tuple[str, list[int]]]:
-    """The decoded views of ``text``: (view, where each view character starts in ``text``,
-    plus the end). Only views that differ from ``text``."""
-    out: list[tuple[str, list[int]]] = []
-    todo = [(text, list(range(len(text) + 1)))]
+    """The decoded views of ``text`` (each level of ESCAPES, then each as a list of words):
+    (view, where each view character starts in ``text``, plus the end)."""
+    levels: list[tuple[str, list[int]]] = [(text, list(range(len(text) + 1)))]
     for _ in range(ESCAPE_DEPTH):
-        nxt = []
-        for view, starts in todo:
-            for _, rx, dec in ESCAPES:
-                if not rx.search(view):
-                    continue
-                chars: list[str] = []
-                at: list[int] = []
-                pos = 0
-                for m in rx.finditer(view):
-                    chars.append(view[pos : m.start()])
-                    at.extend(starts[pos : m.start()])
-                    chars.append(dec(m))  # type: ignore[operator]
-                    at.append(starts[m.start()])
-                    pos = m.end()
-                chars.append(view[pos:])
-                at.extend(starts[pos:])
-                nxt.append(("".join(chars), at))
-        out += nxt
-        todo = nxt
-        if not todo:
+        view, at = levels[-1]
+        if not _ESCAPED.search(view):
             break
-    return out
+        levels.append(_decoded(view, at, _ESCAPED, lambda m: _DECODE[m.lastgroup](m.group(0))))
+    joined = [
+        _decoded(view, at, _LIST_ITEMS, lambda m: " ") for view, at in levels
+        if _LIST_ITEMS.search(view)
+    ]  # fmt: skip
+    return levels[1:] + joined
 
 
 def _escaped_spans(text: str) -> list[tuple[int, int, str]]:
-    """Secrets of ``text`` found only in an escaped form: (start, end, the decoded value)."""
-    if "\\" not in text and "%" not in text:
+    """Secrets of ``text`` found only in an escaped form: (start, end, the decoded value).
+    A span that overlaps one found before it (plainly, or in an earlier view) is left out."""
+    if "\\" not in text and "%" not in text and not _LIST_ITEMS.search(text):
         return []
-    plain = set(_plain_spans(text))
-    found = []
+    taken = _plain_spans(text)
+    found: list[tuple[int, int, str]] = []
     for view, at in _views(text):
         for s, e in _plain_spans(view):
             span = (at[s], at[e])
-            if span not in plain and span[0] < span[1]:
+            if span[0] < span[1] and not any(a < span[1] and span[0] < b for a, b in taken):
+                taken.append(span)
                 found.append((*span, view[s:e]))
-    found.sort()
-    merged: list[tuple[int, int, str]] = []
-    for s, e, v in found:
-        if merged and s < merged[-1][1]:
-            ps, pe, pv = merged[-1]
-            merged[-1] = (ps, max(pe, e), pv if pe >= e else pv + v)
-        else:
-            merged.append((s, e, v))
-    return merged
+    return sorted(found)
 
 
 def _redact_escaped(text: str) -> str:
@@ -363,6 +367,8 @@ class StreamRedactor:
 def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
     """``redact`` on the lines that may hold a secret (a vectorised test picks them)
     -> (lines, how many of them changed)."""
+    import polars as pl
+
     sieve = pl.select(pl.any_horizontal(pl.lit(lines).str.contains(p) for p in HINT_SIEVE))
     idx = sieve.to_series().arg_true()
     if idx.is_empty():
@@ -385,6 +391,8 @@ def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
 
 def _with_pem_bodies(lines: pl.Series, idx: pl.Series, old: list, new: list) -> tuple:
     """redact_lines for a chunk holding a PEM block: every line through ``pem_lines``."""
+    import polars as pl
+
     whole = lines.to_list()
     for i, v in zip(idx.to_list(), new):
         whole[i] = v
