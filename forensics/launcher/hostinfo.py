@@ -28,7 +28,7 @@ def is_local(host: Host) -> bool:
 
 def probe(host: Host) -> dict[str, Any]:
     res = host.run(
-        "id -un; for p in timeout setsid bash curl wget; do command -v $p >/dev/null 2>&1 "
+        "id -un; for p in timeout setsid bash curl wget python3; do command -v $p >/dev/null 2>&1 "
         "&& echo has:$p; done; echo tmp:${TMPDIR:-/tmp}",
         timeout=20,
     )

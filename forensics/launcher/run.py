@@ -38,6 +38,7 @@ from forensics.launcher.hostinfo import (
     read_journal,
 )
 from forensics.launcher.readiness import HEALTH_POLL_S, health_status, ready_round
+from forensics.launcher.scrub import SCRIPT_NAME, follower_script
 from forensics.launcher.stop import STOP_GRACE_S, kill_group
 from forensics.launcher.wrapper import KILL_AFTER_S, TAIL_BYTES, build_supervisor, build_wrapper
 from forensics.lint import Finding, lint
@@ -97,6 +98,7 @@ class _Launch:
     health_code: int | None = None
     unverified: str | None = None  # H11: why a healthy-looking server was not trusted
     stages: list[str] = dataclasses.field(default_factory=list)
+    followed: bool = False  # the secrets follower runs on the host (launcher.scrub)
 
     @property
     def launch_id(self) -> str:
@@ -222,6 +224,7 @@ def _write_scripts(run: _Launch) -> None:
         journal=run.journal, work_dir=run.work, launch_id=run.launch_id, shell=shell, begin=begin
     )
     host.write(f"{run.work}/sup.sh", sup.encode())
+    host.write(f"{run.work}/{SCRIPT_NAME}", follower_script().encode())
     run.log_start = file_size(host, plan.recipe.log_path)
 
 
@@ -436,19 +439,33 @@ def _conclude(run: _Launch) -> dict[str, Any]:
 
 
 def _scrub(run: _Launch) -> None:
-    """The secrets of the files this launch left on this machine, masked in place: the
-    journal, the work folders' step outputs, and the log when forensics chose it (under its
-    home; a log the user named is the user's). At its end, and when it is interrupted."""
-    import os
+    """The secrets of the files this launch left on its host, masked in place (the log,
+    forensics' or the user's, the journal, every work folder of the journal's launches: one
+    a kill -9 cut short is masked now), then followed as the server writes on
+    (``launcher.scrub``). At the launch's end, and when it is interrupted."""
+    import sys
 
-    from forensics.hosts import forensics_home
     from forensics.launcher.scrub import scrub_launch
 
-    log = run.plan.recipe.log_path
-    home = os.path.realpath(forensics_home())
-    own = log if log and os.path.realpath(log).startswith(home + os.sep) else None
-    # every launch's work folder of this journal: one a kill -9 cut short is masked now
-    scrub_launch(run.host.name, [own, run.journal], os.path.dirname(run.work))
+    folder, script = posixpath.dirname(run.work), f"{run.work}/{SCRIPT_NAME}"
+    srv = server_step(run.plan.run_chain)
+    target = srv.command.stdout_target() if srv and srv.command else None
+    # the log: the recipe's, and the file the chain's server step itself writes
+    logs = sorted({p for p in (run.plan.recipe.log_path, target) if p and p.startswith("/")})
+    if run.host.name == "local":
+        scrub_launch([run.journal, *logs], folder)
+        python = sys.executable
+    elif "python3" in run.tools:
+        python = "python3"
+        once = [python, script, "once", run.journal, folder, *logs]
+        run.host.run(shlex.join(once), timeout=120, allow_timeout=True)
+    else:
+        return  # docs/bad-inputs.md: a host without python3 keeps what it printed
+    follow = [python, script, "follow", run.journal, folder, run.launch_id,
+              str(run.sup_pid or 0), *logs]  # fmt: skip
+    if not run.followed:
+        run.host.spawn(shlex.join(follow))
+        run.followed = True
 
 
 def _collect_evidence(
