@@ -260,14 +260,17 @@ def test_what_a_server_prints_after_the_launch_concluded_is_masked(tmp_path, cap
 
 
 def _followers(log: Path) -> list[int]:
-    """The follower processes (`scrub.py follow …`) of the launch logging to ``log``."""
+    """The follower processes (`python3 ./scrub.py follow`, its arguments in its environment)
+    of the launch logging to ``log``; their command line names no path of the launch."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 argv = (d / "cmdline").read_bytes().split(b"\0")
+                env = (d / "environ").read_bytes()
             except OSError:
                 continue
-            if any(a.endswith(b"scrub.py") for a in argv) and str(log).encode() in argv:
+            if argv[1:3] == [b"./scrub.py", b"follow"] and str(log).encode() in env:
+                assert not any(str(log.parent).encode() in a for a in argv)
                 out.append(int(d.name))
     return out

@@ -38,7 +38,7 @@ from forensics.launcher.hostinfo import (
     read_journal,
 )
 from forensics.launcher.readiness import HEALTH_POLL_S, health_status, ready_round
-from forensics.launcher.scrub import SCRIPT_NAME, follower_script
+from forensics.launcher.scrub import SCRIPT_NAME, follow_command, follower_script
 from forensics.launcher.stop import STOP_GRACE_S, kill_group
 from forensics.launcher.wrapper import KILL_AFTER_S, TAIL_BYTES, build_supervisor, build_wrapper
 from forensics.lint import Finding, lint
@@ -461,10 +461,9 @@ def _scrub(run: _Launch) -> None:
         run.host.run(shlex.join(once), timeout=120, allow_timeout=True)
     else:
         return  # docs/bad-inputs.md: a host without python3 keeps what it printed
-    follow = [python, script, "follow", run.journal, folder, run.launch_id,
-              str(run.sup_pid or 0), *logs]  # fmt: skip
     if not run.followed:
-        run.host.spawn(shlex.join(follow))
+        follow = follow_command(python, run.journal, folder, run.launch_id, run.sup_pid or 0, logs)
+        run.host.spawn(follow, cwd=run.work)
         run.followed = True
 
 

