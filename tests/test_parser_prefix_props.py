@@ -79,3 +79,49 @@ def test_json_lines_wrapping_changes_no_frame(name, key, newline, extra, prefix)
         return json.dumps({**extra, key: s + ("\n" if newline else "")})
 
     assert_frames_of_fixture(name, rewrap(name, record))
+
+
+# pieces of every anchor's shape, glued at random: the anchors searched one by one
+# (prefixes._first_anchor, what locate uses) find what the one alternation ANCHOR_RX finds
+_PIECES = [
+    "[2026-11-01 10:00:00",
+    "[04:40:55",
+    " TP3",
+    "] ",
+    "2026-06-07 10:59:31,659 ",
+    "[INFO] ",
+    "name.mod: ",
+    "INFO ",
+    "WARNING ",
+    "03-06 10:05:08 ",
+    "__init__.py:190] ",
+    "server_args.py:12: ",
+    "sglang.srt.x: ",
+    "INFO:     ",
+    "Traceback (most recent call last):",
+    'File "/a/b.py", line 3, in ',
+    "RuntimeError: ",
+    "torch.cuda.OutOfMemoryError: ",
+    "x.KeyboardInterrupt: ",
+    "SystemExit: ",
+    "BusFault: ",
+    "MyException: ",
+    "node:12:34 [2] NCCL INFO ",
+    "| ",
+    "  ",
+    "x",
+    ".",
+    ":",
+    "1234 ",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=8), st.text(_PRINTABLE, max_size=6))
+def test_anchors_one_by_one_find_what_the_alternation_finds(pieces: list[str], tail: str) -> None:
+    from forensics_parsers.prefixes import _first_anchor
+
+    line = "".join(pieces) + tail
+    m = ANCHOR_RX.search(line)
+    want = None if m is None else (m.start(), int(m.lastgroup[1:]))
+    assert _first_anchor(line) == want, line
