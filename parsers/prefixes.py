@@ -102,6 +102,7 @@ def _first_anchor(line: str) -> tuple[int, int] | None:
                 break
     return best
 
+
 MAX_PREFIX = 256  # longer "prefixes" are message text, not a transport prefix
 MAX_SHAPES = 8  # learned shapes kept (the most frequent)
 LEARN_AFTER = 2  # a shape is applied to lines without an anchor once seen this often
