@@ -86,6 +86,33 @@ def sleep_marker() -> str:
             os.kill(pid, signal.SIGKILL)
 
 
+def closing_port(*, banner: bool, reset: bool):
+    """A listening socket on 127.0.0.1 that takes every connection, sends an SSH banner (or
+    nothing) and closes it: plainly, or with a reset (SO_LINGER 0). Close it to stop."""
+    import socket
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            if banner:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            if reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 

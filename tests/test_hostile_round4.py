@@ -11,33 +11,14 @@ real sockets and the real CLI process.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from forensics.bench.target import resolve_target
 from forensics.errors import UsageError
-
-
-def _banner_then_close() -> tuple[socket.socket, int]:
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return srv, srv.getsockname()[1]
+from tests.conftest import closing_port
 
 
 @pytest.mark.parametrize(
@@ -49,7 +30,8 @@ def _banner_then_close() -> tuple[socket.socket, int]:
     ],
 )
 def test_a_host_that_closes_after_its_banner_is_unreachable_not_interrupted(tmp_path, argv):
-    srv, port = _banner_then_close()
+    srv = closing_port(banner=True, reset=False)
+    port = srv.getsockname()[1]
     (tmp_path / "forensics.toml").write_text(
         f'[hosts.h]\naddress = "root@127.0.0.1:{port}"\nconnect_timeout = 3\n'
     )

@@ -22,7 +22,7 @@ import pytest
 
 from forensics.cli import cli
 from forensics.cli_common import EMPTY_MEANS_SOMETHING
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, closing_port
 
 
 def forensics(tmp_path: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -291,38 +291,13 @@ def test_data_loss_show_sets_a_damaged_part_aside_instead_of_an_internal_error(t
 # ------------------------------------------------------------ time / remote: hosts trust
 
 
-def _closing_server(banner: bool):
-    """A port that sends an SSH banner (or nothing) and closes with a reset."""
-    import socket
-    import struct
-    import threading
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            if banner:
-                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return srv
-
-
 @pytest.mark.parametrize("banner", [True, False], ids=["banner-then-reset", "reset"])
 def test_remote_hosts_trust_of_a_port_that_resets_is_unreachable(tmp_path, banner):
     """`hosts trust H` of a port that resets the connection: "internal error: EOFError"
     (exit 1) when the reset came during the negotiation; trust.py had its own except for
     SSHException only. It now goes through the one table of connect failures
     (hosts.ssh.CONNECT_ERRORS), as `hosts check` does: exit 5, one line."""
-    srv = _closing_server(banner)
+    srv = closing_port(banner=banner, reset=True)
     port = srv.getsockname()[1]
     (tmp_path / "forensics.toml").write_text(
         f'[hosts.h]\naddress = "root@127.0.0.1:{port}"\nconnect_timeout = 3\n'
