@@ -165,11 +165,10 @@ static inline int col_put(Col *c, const void *v, size_t n) {
     return 0;
 }
 
-/* a byte per row -> Arrow's bits (LSB first); NULL where every row is set */
-static uint8_t *pack_bits(const Buf *bytes, int64_t n, int64_t unset) {
+/* a byte per row -> Arrow's bits (LSB first); NULL when out of memory */
+static uint8_t *pack_bits(const Buf *bytes, int64_t n) {
     uint8_t *bits = calloc((size_t)(n / 8 + 1), 1);
     if (!bits) return NULL;
-    (void)unset;
     for (int64_t i = 0; i < n; i++)
         if (bytes->p[i]) bits[i / 8] |= (uint8_t)(1u << (i % 8));
     return bits;
@@ -234,7 +233,7 @@ static int export_col(Col *c, int64_t n, struct ArrowArray *a, struct ArrowSchem
     ChildData *d = calloc(1, sizeof(ChildData));
     if (!d) return -1;
     if (c->nulls) {
-        d->mem[0] = pack_bits(&c->valid, n, c->nulls);
+        d->mem[0] = pack_bits(&c->valid, n);
         if (!d->mem[0]) { free(d); return -1; }
     }
     int nb = 2;
@@ -244,7 +243,7 @@ static int export_col(Col *c, int64_t n, struct ArrowArray *a, struct ArrowSchem
         c->offs.p = c->data.p = NULL;
         nb = 3;
     } else if (c->type == 'b') {
-        d->mem[1] = pack_bits(&c->data, n, 0);
+        d->mem[1] = pack_bits(&c->data, n);
         free(c->data.p);
         c->data.p = NULL;
     } else {
