@@ -3,6 +3,7 @@ rewritten), parse the new bytes from the saved state, buffer its rows as parts."
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -165,9 +166,7 @@ def _parse_file(
     return _Parsed(consumed, complete_offset, complete_state, runs, consumed - offset, closed)
 
 
-_FROZEN: list[bool] = []
-
-
+@functools.cache
 def _freeze_long_lived() -> None:
     """Once per process, the parser imported: what is alive now (modules, polars, the rule
     tables: objects that live as long as the process) moves to the garbage collector's
@@ -176,9 +175,7 @@ def _freeze_long_lived() -> None:
     never freed: a few, once."""
     import gc
 
-    if not _FROZEN:
-        _FROZEN.append(True)
-        gc.freeze()
+    gc.freeze()
 
 
 def _open(
