@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from forensics_parsers.sglang.rules import RULES, find_rule, scoped
+from forensics_parsers.sglang.runs import per_run
 
 # SGLang's own prefix, ASCII digits only: date (optional: the time-only layout), time (a valid
 # one: polars would read a leap second Python refuses), fraction, rank tags. The same span
@@ -212,12 +213,7 @@ def touch_runs(
         pl.col("line").first().alias("l0"),
         pl.col("ts").first().alias("t0"),
     )
-    of = quick["run_index"]
-    if of[0] == of[-1]:  # one run (the lines are in file order, their runs too): no groups
-        agg = quick.select(pl.lit(of[0], of.dtype).alias("run_index"), *aggs)
-    else:
-        agg = quick.group_by("run_index").agg(*aggs)
-    for ri, last, t1, l0, t0 in agg.iter_rows():
+    for ri, last, t1, l0, t0 in per_run(quick, *aggs).iter_rows():
         run = runs[ri]
         run["has_content"] = True
         run["last_line"] = max(run["last_line"], last)

@@ -33,6 +33,15 @@ def new_run(first_line: int) -> dict[str, Any]:
     }
 
 
+def per_run(df: pl.DataFrame, *aggs: pl.Expr) -> pl.DataFrame:
+    """``aggs`` of ``df``'s rows per ``run_index`` (that column first): one select when every
+    row is of one run (a chunk's usual case; a group_by costs more), else a group_by."""
+    of = df["run_index"]
+    if of.min() == of.max():
+        return df.select(pl.lit(of[0], of.dtype).alias("run_index"), *aggs)
+    return df.group_by("run_index").agg(*aggs)
+
+
 def touch_lines(runs: dict[int, dict[str, Any]], df: pl.DataFrame, kind: str) -> None:
     """Metrics lines (``run_index``, ``line``, ``ts``) extend their runs."""
     aggs = (
@@ -40,12 +49,7 @@ def touch_lines(runs: dict[int, dict[str, Any]], df: pl.DataFrame, kind: str) ->
         pl.col("ts").min().alias("t0"),
         pl.col("ts").max().alias("t1"),
     )
-    of = df["run_index"]
-    if of.min() == of.max():  # one run (a chunk's usual case): no groups
-        agg = df.select(pl.lit(of[0], of.dtype).alias("run_index"), *aggs)
-    else:
-        agg = df.group_by("run_index").agg(*aggs)
-    for ri, last, t0, t1 in agg.iter_rows():
+    for ri, last, t0, t1 in per_run(df, *aggs).iter_rows():
         run = runs.get(ri)
         if run is None:
             continue
