@@ -27,6 +27,7 @@ from forensics_parsers.shell_runners import (
     fetched_scripts,
     fetcher_output,
     given_code,
+    program_name,
     runner_script,
     shell_script,
     unwrap,
@@ -48,18 +49,13 @@ FETCH_OUTPUTS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "xh": (frozenset({"-o", "--output"}), frozenset({"-d", "--download"}), False),
     "fetch": (frozenset({"-o"}), frozenset(), True),
 }
-_VERSIONED = re.compile(r"(?<=[a-z])[0-9][0-9.]*$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.I)
-
-
-def _name(word: str) -> str:
-    return _VERSIONED.sub("", word.rsplit("/", 1)[-1])
 
 
 def written_files(argv: list[str]) -> list[str]:
     """The files a download command writes (``curl -o F``, ``curl -O URL``, ``wget URL``)."""
     inner, _ = unwrap(argv)
-    row = FETCH_OUTPUTS.get(_name(inner[0])) if inner else None
+    row = FETCH_OUTPUTS.get(program_name(inner[0])) if inner else None
     if row is None:
         return []
     values, remote, remote_named = row
@@ -107,9 +103,9 @@ def run_file(argv: list[str]) -> str | None:
     inner, _ = unwrap(argv)
     if not inner:
         return None
-    if "/" in inner[0] and _name(inner[0]) not in (*SCRIPT_FILE_READERS, *INTERPRETERS):
+    if "/" in inner[0] and program_name(inner[0]) not in (*SCRIPT_FILE_READERS, *INTERPRETERS):
         return inner[0]
-    name = _name(inner[0])
+    name = program_name(inner[0])
     if name not in (*SCRIPT_FILE_READERS, *INTERPRETERS) or shell_script(argv) is not None:
         return None
     if name in INTERPRETERS and any(given_code(a) for a in inner[1:]):
@@ -124,7 +120,7 @@ def code_arguments(argv: list[str]) -> list[str]:
     what it amounts to)."""
     out = [t for t in (shell_script(argv), runner_script(argv)) if t]
     inner, _ = unwrap(argv)
-    lang = _name(inner[0]) if inner else ""
+    lang = program_name(inner[0]) if inner else ""
     if lang in INLINE_CODE:
         code = script_option(*INLINE_CODE[lang][0])(inner[1:])
         out += [code] if code else []
@@ -144,14 +140,14 @@ def saved_downloads(commands: list) -> dict[str, str]:
     """The files a pipeline's downloads write -> the download's text: a downloader's own
     output file (``FETCH_OUTPUTS``), and from the first download on, a ``> F`` redirection
     and the files of a ``tee`` after it."""
-    at = next((k for k, c in enumerate(commands) if _name(_argv0(c.argv)) in FETCHERS), None)
+    at = next((k for k, c in enumerate(commands) if program_name(_argv0(c.argv)) in FETCHERS), None)
     out: dict[str, str] = {}
     for k, cmd in enumerate(commands):
         written = written_files(cmd.argv)
         if at is not None and k >= at:
             target = cmd.stdout_target()
             written += [target] if target and not target.startswith("/dev/") else []
-            if k > at and _name(_argv0(cmd.argv)) == "tee":
+            if k > at and program_name(_argv0(cmd.argv)) == "tee":
                 written += [a for a in cmd.argv[1:] if not a.startswith("-")]
         for f in written:
             out[f] = commands[at].text if at is not None else cmd.text

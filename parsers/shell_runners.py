@@ -157,10 +157,16 @@ def _command_start(a: list[str]) -> list[str] | None:
 _VERSIONED = re.compile(r"(?<=[a-z])[0-9][0-9.]*$")  # python3.11, perl5.36
 
 
+def program_name(word: str) -> str:
+    """A command word's program: its path and a version suffix dropped (``/usr/bin/python3.11``
+    -> ``python``)."""
+    return _VERSIONED.sub("", word.rsplit("/", 1)[-1])
+
+
 def wrapper_row(word: str) -> Wrapper | None:
     """The WRAPPERS row of a command name (its path and a version suffix dropped)."""
     name = word.rsplit("/", 1)[-1]
-    return WRAPPERS.get(name) or WRAPPERS.get(_VERSIONED.sub("", name))
+    return WRAPPERS.get(name) or WRAPPERS.get(program_name(name))
 
 
 def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
@@ -181,7 +187,7 @@ def _peel(argv: list[str]) -> tuple[list[str], list[str], str | None]:
             return a, wrappers, script
         if not w.execs:
             break
-        wrappers.append(_VERSIONED.sub("", a[0].rsplit("/", 1)[-1]))
+        wrappers.append(program_name(a[0]))
         a = a[1:]
         while a and a[0].startswith("-") and a[0] != "--":
             opt = a.pop(0)
@@ -296,7 +302,7 @@ def _script_input(argv: list[str]) -> str | None:
     the commands whose output it is), else None (a script of its own, a file on disk)."""
     inner, _ = unwrap(argv)
     name = inner[0].rsplit("/", 1)[-1] if inner else ""
-    if _VERSIONED.sub("", name) in INTERPRETERS:
+    if program_name(name) in INTERPRETERS:
         return _interpreter_input(inner)
     if name in STDIN_SCRIPT_READERS:
         return None if "-f" in inner else STDIN
