@@ -83,6 +83,54 @@ def _access(rng: random.Random, ts: str) -> str:
     return f'{plain} INFO:     127.0.0.1:{rng.randint(30000, 60000)} - "POST /generate HTTP/1.1" 200 OK\n'
 
 
+# NCCL_DEBUG=INFO output of an 8-rank server: no SGLang prefix (`host:pid:tid [cuda dev] NCCL
+# INFO ...`), one process per rank; the rank is the prefix's `TPn`
+_NCCL_INFO = (
+    "Channel {c:02d}/24 :    0   1   2   3   4   5   6   7",
+    "Channel {c:02d}/0 : {r}[{r}] -> {n}[{n}] via P2P/CUMEM/read",
+    "Connected all rings",
+    "Connected all trees",
+    "comm 0x{h:x} rank {r} nRanks 8 nNodes 1 localRanks 8 localRank {r} MNNVL 0",
+    "Trees [0] {n}/-1/-1->{r}->-1 [1] {n}/-1/-1->{r}->-1",
+    "threadThresholds 8/8/64 | 64/8/64 | 512 | 512",
+    "24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+    "ncclCommInitRank comm 0x{h:x} rank {r} nranks 8 cudaDev {r} nvmlDev {r} busId {r}8000 "
+    "commId 0x{h:x} - Init COMPLETE",
+    "Using network Socket",
+    "NCCL_P2P_LEVEL set by environment to NVL",
+    "P2P Chunksize set to 524288",
+    "CC Off, Multi-GPU CC Off, workFifoBytes 1048576",
+    "AllReduce: opCount {c:x} sendbuff 0x{h:x} recvbuff 0x{h:x} count 4096 datatype 9 op 0 "
+    "root 0 comm 0x{h:x} [nranks=8] stream 0x{h:x}",
+)
+
+
+def _nccl(rng: random.Random, ts: str) -> str:
+    r = int(ts.rsplit("TP", 1)[1].rstrip("]")) if " TP" in ts else 0
+    text = rng.choice(_NCCL_INFO).format(
+        c=rng.randint(0, 23), r=r, n=(r + 1) % RANKS, h=rng.getrandbits(44)
+    )
+    return f"node01:{4100 + r}:{4300 + r} [{r}] NCCL INFO {text}\n"
+
+
+# the unprefixed lines of an NCCL_DEBUG=INFO startup besides NCCL's own: the version banner,
+# Python warnings, tqdm bars, plain prints
+NCCL_STARTUP_EXTRA = """NCCL version 2.21.5+cuda12.4
+/usr/lib/python3/dist-packages/torch/cuda/__init__.py:129: UserWarning: CUDA initialization: The NVIDIA driver on your system is too old
+  warnings.warn(
+Loading safetensors checkpoint shards:  45% Completed | 45/100 [00:31<00:38,  1.42it/s]
+INFO hello from rank setup
+"""
+NCCL_STARTUP_LINES = 4000  # NCCL INFO lines of the startup (`nccl` mix)
+
+
+def _nccl_startup(rng: random.Random, d: str) -> str:
+    lines = [NCCL_STARTUP_EXTRA]
+    for i in range(NCCL_STARTUP_LINES):
+        lines.append(_nccl(rng, f"[{d} 10:00:02 TP{i % RANKS}]"))
+    return "".join(lines)
+
+
 LineMaker = Callable[[random.Random, str], str]
 # name -> (what it is, [(line kind, share, maker)]). Shares add up to 1.
 MIXES: dict[str, tuple[str, list[tuple[str, float, LineMaker]]]] = {
@@ -96,7 +144,21 @@ MIXES: dict[str, tuple[str, list[tuple[str, float, LineMaker]]]] = {
         "one startup (8 TP ranks), then 100 % Decode batch",
         [("decode", 1.0, _decode)],
     ),
+    "nccl": (
+        f"an NCCL_DEBUG=INFO server: the startup of the busy mix with {NCCL_STARTUP_LINES:,} "
+        "unprefixed NCCL INFO lines (and a version banner, a Python warning, a tqdm bar), then "
+        "the busy mix with 2 % NCCL INFO lines",
+        [("decode", 0.78, _decode), ("prefill", 0.10, _prefill), ("access", 0.09, _access)]
+        + [("warning", 0.01, _warning), ("nccl", 0.02, _nccl)],
+    ),
+    "nccl-half": (
+        "the worst case: the startup of the `nccl` mix, then 50 % NCCL INFO lines, 50 % "
+        "Decode batch",
+        [("decode", 0.5, _decode), ("nccl", 0.5, _nccl)],
+    ),
 }
+# the mixes whose startup prints NCCL_DEBUG=INFO output
+NCCL_MIXES = ("nccl", "nccl-half")
 
 
 def generate(path: Path, mb: int, mix: str = "busy", seed: int = 7) -> None:
@@ -108,6 +170,8 @@ def generate(path: Path, mb: int, mix: str = "busy", seed: int = 7) -> None:
     d = "2026-11-01"
     with path.open("w") as f:
         ranks = "".join(RANK_STARTUP.format(d=d, r=r) for r in range(RANKS))
+        if mix in NCCL_MIXES:
+            ranks += _nccl_startup(rng, d)
         f.write(STARTUP.format(d=d, ranks=ranks))
         size, t = 0, 11 * 3600
         while size < target:
