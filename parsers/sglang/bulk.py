@@ -11,6 +11,15 @@ the lines it leaves are few (``find_rule`` itself reads them) or many (each bulk
 pattern in polars). What such a line does to the parser's state is then done for all of
 them at once by the parser (counts, run extents, the ``lines`` rows, the timestamp order).
 
+Lines without SGLang's prefix (NCCL_DEBUG=INFO output, Python warnings' code lines, plain
+prints) are read here too when they are plain printable ASCII, hold no shape of SGLang's own
+(the transport-prefix finder, parsers/prefixes.py, finds nothing in them to strip or learn:
+``_BARE_ANCHORS``, ``_BARE_NEEDS``) and their first rule is a bulk rule or none: such a
+line's row has no timestamp (``ts`` null) and no rank. The one thing such a line does to the
+parser's sequential state is to an open traceback (it may continue it): the parser sends the
+unprefixed bulk lines that follow an open traceback through the Python path until it closes
+(``gaps``).
+
 Lines of every other shape (tracebacks, stage lines, errors, transport prefixes, anything
 non-ASCII) stay on the Python path, in file order.
 """
@@ -21,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics_parsers.prefixes import ANCHORS, NEEDS, WEAK_ANCHORS
 from forensics_parsers.sglang.rules import RULES, find_rule, scoped
 from forensics_parsers.sglang.runs import per_run
 
@@ -33,6 +43,15 @@ _PREFIX = (
 )
 # a bulk candidate: that prefix, and the whole line plain printable ASCII (one regex, one pass)
 _CANDIDATE = _PREFIX.removesuffix("(.*)$") + r"[\x20-\x7e]*$"
+
+
+# an unprefixed bulk candidate: plain printable ASCII with a non-blank character, where the
+# prefix finder finds no anchor (those it searches always, by their pattern; the others by the
+# literals every match of theirs holds: ``NEEDS``, a superset of what they match); a
+# traceback frame's `File "` is one of them (an orphan frame opens a traceback)
+_BARE = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$"
+_BARE_ANCHORS = "|".join(p for name, p, _ in ANCHORS + WEAK_ANCHORS if name not in NEEDS)
+_BARE_NEEDS = [lit for lits in NEEDS.values() for lit in lits]
 
 
 def _bulk_rules() -> list[tuple[str, str, str | None]]:
@@ -48,10 +67,12 @@ def _bulk_rules() -> list[tuple[str, str, str | None]]:
 BULK_RULES = _bulk_rules()
 _ANY_RULE = "|".join(scoped(r.pattern) for r in RULES)
 UNKNOWN = "unknown"  # the `lines` kind of a line no rule matches ...
-UNKNOWN_COUNT = "unknown_prefixed"  # ... and its count (a bulk line is prefixed)
+UNKNOWN_COUNT = "unknown_prefixed"  # ... and its count (a prefixed line) ...
+UNKNOWN_BARE = "unknown_bare"  # ... (an unprefixed one: no ``ts``)
 MAX_ACCESS_LINES = 100_000  # access lines are kept while a chunk has fewer rows before them
 ACCESS = [r.name for r in RULES if r.kind == "access"]
 BULK_COLUMNS = ("line", "kind", "ts", "rank", "msg")
+GAP_COLUMNS = ("line", "ts", "rank", "msg")  # what the parser reads of a gap's lines
 # the bulk rule of most of a busy server's bulk lines (uvicorn's access lines): tested in
 # polars on every candidate; the lines it leaves are classified by ``_first_rules``
 _HOT = next(r for r in BULK_RULES if r[0] in ACCESS)
@@ -62,20 +83,33 @@ PYTHON_MAX = 1_000
 
 
 def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Non-metrics lines (``line``, ``text``) -> (bulk lines, the rest for the Python path).
+    """Non-metrics lines (``line``, ``text``) -> (bulk lines in line order, the rest for the
+    Python path).
 
     A bulk line comes with ``kind`` (its rule's name, or ``unknown`` when no rule matches),
-    ``ts`` (the timestamp text the Python path reads: ``text.ts_of``), ``rank`` and ``msg``
-    (the message after the prefix). Its kind is the first rule of the table that matches it:
-    the hot rule's lines are those its pattern matches and no earlier rule's does; the others
-    go through ``_first_rules``. (A chunk has a few thousand such lines, and each polars call
-    costs ~0.1 ms whatever its rows: the calls are few.)"""
+    ``ts`` (the timestamp text the Python path reads: ``text.ts_of``; null on an unprefixed
+    line), ``rank`` and ``msg`` (the message after the prefix). Its kind is the first rule of
+    the table that matches it: the hot rule's lines are those its pattern matches and no
+    earlier rule's does; the others go through ``_first_rules``. (A chunk has a few thousand
+    such lines, and each polars call costs ~0.1 ms whatever its rows: the calls are few.)"""
     t = pl.col("text")
-    cand = other.with_row_index("_row").filter(
-        (t.str.len_bytes() <= max_line) & t.str.contains(_CANDIDATE)
-    )
-    if cand.is_empty():
+    rows = other.with_row_index("_row")
+    short = t.str.len_bytes() <= max_line
+    parts = [_prefixed_kinds(rows.filter(short & t.str.contains(_CANDIDATE)), date_hint)]
+    parts.append(_bare_kinds(rows.filter(short & t.str.contains(_BARE))))
+    parts = [p for p in parts if not p.is_empty()]
+    if not parts:
         return empty(), other
+    cand = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line")
+    rest = other.filter(pl.repeat(True, len(other), eager=True).scatter(cand["_row"], False))
+    return cand.select(BULK_COLUMNS), rest
+
+
+def _prefixed_kinds(cand: pl.DataFrame, date_hint: str) -> pl.DataFrame:
+    """SGLang-prefixed candidates (``_row``, ``line``, ``text``) -> the bulk lines among them
+    (``_row``, BULK_COLUMNS)."""
+    if cand.is_empty():
+        return cand
     cand = _prefixed(cand, date_hint)
     m = pl.col("msg")
     name, pattern, before = _HOT
@@ -87,10 +121,33 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
         if not found.is_empty():
             cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
         cand = cand.filter(pl.col("kind").is_not_null())
-        if cand.is_empty():
-            return empty(), other
-    rest = other.filter(pl.repeat(True, len(other), eager=True).scatter(cand["_row"], False))
-    return cand.select(BULK_COLUMNS), rest
+    return cand
+
+
+def _bare_kinds(cand: pl.DataFrame) -> pl.DataFrame:
+    """Unprefixed printable-ASCII candidates (``_row``, ``line``, ``text``) -> the bulk lines
+    among them (``_row``, BULK_COLUMNS; ``ts`` null, ``rank`` empty, ``msg`` the whole line):
+    no anchor of the prefix finder in them, and no rule or a bulk rule first (most match none:
+    one polars pass over all of them; ``_first_rules`` reads the others)."""
+    t = pl.col("text")
+    cand = cand.filter(~t.str.contains(_BARE_ANCHORS) & ~t.str.contains_any(_BARE_NEEDS))
+    if cand.is_empty():
+        return cand
+    cand = cand.select(
+        "_row",
+        "line",
+        pl.lit(None, pl.String).alias("ts"),
+        pl.lit("").alias("rank"),
+        t.alias("msg"),
+        pl.when(~t.str.contains(_ANY_RULE)).then(pl.lit(UNKNOWN)).alias("kind"),
+    )
+    if cand["kind"].null_count():
+        ruled = cand.with_row_index("_c").filter(pl.col("kind").is_null())
+        found = _first_rules(ruled.select("_c", "msg"))
+        if not found.is_empty():
+            cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
+        cand = cand.filter(pl.col("kind").is_not_null())
+    return cand
 
 
 def _kind_of(msg: str) -> str | None:
@@ -175,30 +232,36 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=_SCHEMA)
 
 
-def gaps(quick: pl.DataFrame, rare: pl.DataFrame) -> dict[int | None, str]:
+def gaps(quick: pl.DataFrame, rare: pl.DataFrame) -> dict[int | None, tuple[int, str | None]]:
     """Where bulk lines lie between the rare ones: the line of each rare line that has bulk
-    lines just before it (None: after the last) -> the rank of the first of them."""
+    lines just before it (None: after the last) -> (the row of the first of them in ``quick``,
+    its rank, or None when it is unprefixed)."""
     if quick.is_empty():
         return {}
     # per bulk line, the index of the rare line after it (both in line order); a run of
     # bulk lines starts where that index changes
     nxt = rare["line"].search_sorted(quick["line"])
     first = quick.select(
-        nxt.alias("next"), "rank", (nxt != nxt.shift(1)).fill_null(True).alias("_first")
+        pl.int_range(pl.len()).alias("i"),
+        nxt.alias("next"),
+        pl.when(pl.col("ts").is_not_null()).then("rank").alias("rank"),
+        (nxt != nxt.shift(1)).fill_null(True).alias("_first"),
     ).filter("_first")
     after = rare["line"].to_list()
     return {
-        (after[i] if i < len(after) else None): rank
-        for i, rank in zip(first["next"].to_list(), first["rank"].to_list())
+        (after[n] if n < len(after) else None): (i, rank)
+        for i, n, rank in first.select("i", "next", "rank").iter_rows()
     }
 
 
 def counts(quick: pl.DataFrame) -> dict[str, int]:
     """Lines by kind, as ``Frames.counts`` counts them."""
-    out = dict(quick.group_by("kind").len().iter_rows())
-    if UNKNOWN in out:
-        out[UNKNOWN_COUNT] = out.pop(UNKNOWN)
-    return out
+    k = pl.col("kind")
+    unknown = (
+        pl.when(pl.col("ts").is_null()).then(pl.lit(UNKNOWN_BARE)).otherwise(pl.lit(UNKNOWN_COUNT))
+    )
+    kind = pl.when(k == UNKNOWN).then(unknown).otherwise(k)
+    return dict(quick.group_by(kind.alias("kind")).len().iter_rows())
 
 
 def touch_runs(
@@ -207,16 +270,19 @@ def touch_runs(
     """Bulk lines (with ``run_index``) extend their runs as the Python path's ``_touch`` would
     have, line by line: ``started`` holds, per run, the line whose timestamp became its
     ``started_at`` in this chunk (an earlier bulk line's is the one it would have taken)."""
+    ts = pl.col("ts")  # (null on an unprefixed line: it touches no timestamp)
     aggs = (
         pl.col("line").max().alias("last"),
-        pl.col("ts").max().alias("t1"),
-        pl.col("line").first().alias("l0"),
-        pl.col("ts").first().alias("t0"),
+        ts.max().alias("t1"),
+        pl.col("line").filter(ts.is_not_null()).first().alias("l0"),
+        ts.drop_nulls().first().alias("t0"),
     )
     for ri, last, t1, l0, t0 in per_run(quick, *aggs).iter_rows():
         run = runs[ri]
         run["has_content"] = True
         run["last_line"] = max(run["last_line"], last)
+        if t0 is None:
+            continue
         if run["started_at"] is None or (ri in started and l0 < started[ri]):
             run["started_at"] = t0
         if run["ended_at"] is None or t1 > run["ended_at"]:
@@ -229,11 +295,12 @@ def disorder(
     """(timestamps earlier than the one before them, the last timestamp) over the Python
     path's stamps and the bulk lines', in file order, after ``last``."""
     if not stamps:  # (a busy server's chunk: bulk lines only, already in file order)
-        ts = quick["ts"]
+        ts = quick["ts"].drop_nulls()
     else:
         seq = pl.DataFrame(stamps, schema={"line": pl.Int64, "ts": pl.String}, orient="row")
         if not quick.is_empty():
-            seq = pl.concat([seq, quick.select("line", "ts")]).sort("line", maintain_order=True)
+            bulk = quick.select("line", "ts").drop_nulls("ts")
+            seq = pl.concat([seq, bulk]).sort("line", maintain_order=True)
         ts = seq["ts"]
     if ts.is_empty():
         return 0, last
@@ -249,7 +316,7 @@ def lines_frame(python: pl.DataFrame, quick: pl.DataFrame, max_text: int) -> pl.
         ts = pl.col("ts")
         # no fraction anywhere (19 bytes: date, time): the same instants, by the format
         # polars parses fastest (~4x)
-        frac = quick.select(ts.str.len_bytes().max()).item() > 19
+        frac = (quick.select(ts.str.len_bytes().max()).item() or 0) > 19
         rows = quick.select(
             "run_index",
             "line",
