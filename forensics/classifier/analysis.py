@@ -80,14 +80,17 @@ def _error_rec(r: dict[str, Any]) -> ErrorRec:
     )
 
 
-def _line_hits(lines: list[tuple[int, str, str]], errors: list[ErrorRec]) -> list[ErrorRec]:
+def _line_hits(
+    lines: list[tuple[int, str, str]], errors: list[ErrorRec], may: list[bool]
+) -> list[ErrorRec]:
     """Lines the parser kept as unknown or as a hint (a warning, a usage dump) that still
-    carry a signature (e.g. bash errors), as error records."""
+    carry a signature (e.g. bash errors), as error records. ``may``: per line, whether it may
+    (``signatures.may_match``: the others hit none)."""
     kinds = {e.kind for e in errors}
     at = {e.line for e in errors}
     out = []
-    for li, kind, text in lines:
-        if kind not in HINT_KINDS or CITED_BY.get(kind) in kinds:
+    for (li, kind, text), maybe in zip(lines, may, strict=True):
+        if not maybe or kind not in HINT_KINDS or CITED_BY.get(kind) in kinds:
             continue  # a usage dump before the parser's own error line: that one cites
         hits = sigs.match(text, line=li)
         if hits and li not in at:
@@ -154,11 +157,16 @@ def analyze(
     # that shows the server starting is a harness's, pip's or a shell's)
     owned = [li for _, _, li in stages[:1]] + [li for li, _ in served_lines[:1]]
     lines: list[tuple[int, str, str]] = []
+    may: list[bool] = []
     if not ln.is_empty():
-        lines = [
-            (li, k, t or "")
-            for li, k, t in ln.sort("line").select("line", "kind", "text").iter_rows()
-        ]
+        rows = ln.sort("line").select(
+            "line",
+            "kind",
+            pl.col("text").fill_null(""),
+            sigs.may_match(pl.col("text")).alias("_may"),
+        )
+        lines = list(rows.select("line", "kind", "text").iter_rows())
+        may = rows["_may"].to_list()
     # a client's result printed in the log proves serving (signatures.SERVING_PROOF)
     proof = sigs.serving_proof((li, t) for li, _, t in lines)
     if proof:
@@ -167,7 +175,7 @@ def analyze(
     errors = (
         [_error_rec(r) for r in er.sort("line").iter_rows(named=True)] if not er.is_empty() else []
     )
-    errors = sorted(errors + _line_hits(lines, errors), key=lambda e: e.line)
+    errors = sorted(errors + _line_hits(lines, errors, may), key=lambda e: e.line)
     last_line, last_ts = _run_end(runs, served_lines)
     # the configuration the explanations use, declared once (forensics.runs)
     row = runs.row(-1, named=True) if not runs.is_empty() else {}

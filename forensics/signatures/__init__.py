@@ -37,6 +37,7 @@ from forensics.signatures.match import (
     capture_cause,
     frames_of,
     match,
+    may_match,
     unwrap_frames,
 )
 from forensics.signatures.noise import NOISE, PROVES_EXIT, WHOLE_LINE, noise_kind
@@ -83,6 +84,7 @@ __all__ = [
     "frames_of",
     "capture_cause",
     "match",
+    "may_match",
     "best",
     "template",
     "unknown_id",

@@ -149,6 +149,25 @@ def capture_cause(text: str) -> dict[str, Any] | None:
     return None
 
 
+# Every pattern of the catalog (framed ones too) as one regex polars runs: a text it does not
+# match hits no signature. Group names dropped (an alternation may not repeat one); polars'
+# engine and ``re`` agree on plain printable ASCII (``_PLAIN``), the only texts it decides.
+ANY_PATTERN = "|".join(
+    "(?m:" + re.sub(r"\(\?P<\w+>", "(?:", rx.pattern) + ")"
+    for s in SIGNATURES
+    for rx in s.patterns + s.framed
+)
+_PLAIN = r"^[\t\x20-\x7e]*$"
+
+
+def may_match(text: Any) -> Any:
+    """A polars expression over texts (``text``: an expression): False where ``match`` finds
+    no signature in the text, True where it may (every text that is not plain ASCII: the
+    prefilter that spares ``match``, ~20 us, on each of a log's ordinary lines)."""
+    t = text.fill_null("")
+    return ~t.str.contains(_PLAIN) | t.str.contains(ANY_PATTERN)
+
+
 def match(text: str, *, line: int | None = None, frames: str = "") -> list[Hit]:
     """Every catalog entry whose patterns hit ``text`` (and whose frame condition holds)."""
     hits: list[Hit] = []
