@@ -322,18 +322,23 @@ def fresh_env(store: Path) -> dict[str, str]:
     return {**os.environ, "FORENSICS_HOME": str(store)}
 
 
-def bench_file(log: Path, env_store: Path, repeat: int = 3) -> dict:
-    """Every tool on ``log``, ``repeat`` rounds (each round runs every tool once, so a spell of
-    load touches all of them alike); each tool's figure is the median of its rounds, its peak
-    RSS the highest."""
+# the mixes measured with these tools only (the busy and decode-only rows run every tool)
+NCCL_TOOLS = ("rg", "ingest")
+
+
+def bench_file(log: Path, env_store: Path, repeat: int = 3, only: tuple[str, ...] = ()) -> dict:
+    """Every tool on ``log`` (``only``: those tools), ``repeat`` rounds (each round runs every
+    tool once, so a spell of load touches all of them alike); each tool's figure is the median
+    of its rounds, its peak RSS the highest."""
     size_mb = log.stat().st_size / (1 << 20)
     subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm cache
     row: dict = {"file_mb": round(size_mb, 1), "tools": {}, "rounds": repeat}
-    times: dict[str, list[float]] = {name: [] for name, _, _ in TOOLS}
+    tools = [t for t in TOOLS if not only or t[0] in only]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in tools}
     rss: dict[str, float] = {}
     again_s: list[float] = []
     for _ in range(repeat):
-        for name, _, cmd in TOOLS:
+        for name, _, cmd in tools:
             env = fresh_env(env_store)
             dt, mb, out = measure(cmd(log), env)
             times[name].append(dt)
@@ -342,6 +347,7 @@ def bench_file(log: Path, env_store: Path, repeat: int = 3) -> dict:
                 s = json.loads(out)
                 row["lines"], row["decode_lines"] = s["lines_total"], s["decode_lines"]
                 row["prefill_lines"] = s["prefill_lines"]
+                row["unprefixed_lines"] = s["lines_by_kind"].get("unknown_bare", 0)
                 t_re, _, again = measure(cmd(log), env)
                 assert json.loads(again)["files_by_status"] == {"unchanged": 1}
                 again_s.append(t_re)
@@ -515,10 +521,32 @@ def render(res: dict) -> str:
         f"{dec['reingest_unchanged_s']:.3f} s (decode-only). `forensics --help`: "
         f"{res['help_s']:.3f} s (best of 5).",
     ]
+    lines += ["", *render_nccl(res["rows"])]
     r = res.get("remote")
     if r:
         lines += ["", *render_remote(r)]
     return "\n".join(lines)
+
+
+def render_nccl(rows: dict) -> list[str]:
+    """The NCCL_DEBUG=INFO mixes: ripgrep and ingest, same run."""
+    out = [
+        "Logs with NCCL_DEBUG=INFO output (lines without SGLang's prefix), same run, "
+        + " and ".join(f"`{m}`: {MIXES[m][0]}" for m in NCCL_MIXES)
+        + ".",
+        "",
+        "| mix | size | lines | unprefixed, no rule | rg | ingest | MB/s | × rg | ingest peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for mix in NCCL_MIXES:
+        r = rows[mix]
+        rg, ing = r["tools"]["rg"], r["tools"]["ingest"]
+        out.append(
+            f"| `{mix}` | {r['file_mb']} MB | {r['lines']:,} | {r['unprefixed_lines']:,} | "
+            f"{rg['s']:.2f} s | {ing['s']:.2f} s | {ing['mb_s']:.0f} | {ing['x_rg']:.2f} | "
+            f"{ing['rss_mb']} MB |"
+        )
+    return out
 
 
 def render_remote(r: dict) -> list[str]:
@@ -652,7 +680,8 @@ def main() -> int:
             print(f"generating {log} ...", file=sys.stderr, flush=True)
             generate(log, args.mb, mix)
         logs[mix] = log
-        res["rows"][mix] = bench_file(log, store, args.repeat)
+        only = NCCL_TOOLS if mix in NCCL_MIXES else ()
+        res["rows"][mix] = bench_file(log, store, args.repeat, only)
     fx = [sys.executable, "-m", "forensics", "--help"]
     res["help_s"] = round(min(measure(fx, os.environ.copy())[0] for _ in range(5)), 3)
     if not args.no_remote:
