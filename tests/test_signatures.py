@@ -118,3 +118,28 @@ def test_unknown_errors_group_by_template():
 def test_remedy_placeholders_render():
     assert "0.90" in sigs.render("raise it ({mem_up})", mem_up="--mem-fraction-static 0.90")
     assert "{" not in sigs.render(sigs.BY_ID["kv_pool_oom"].remedies[0])
+
+
+# Issue 15 (logs as they really are): the verdict step matches signatures only on the lines
+# ``may_match`` keeps; a line it drops must hit nothing.
+def _lines_of(paths) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        out += p.read_text(errors="replace").split("\n")
+    return out
+
+
+def test_the_signature_prefilter_keeps_every_line_a_signature_hits():
+    import polars as pl
+
+    from scripts.real_fields import require_corpus
+
+    texts = _lines_of(sorted(require_corpus().glob("*.log")) + sorted(FIXTURES.rglob("*.log")))
+    texts += [line for s in SAMPLES.values() for line in s.split("\n")]
+    texts += ["node01:4100:4300 [0] NCCL INFO Connected all rings", "caf\u00e9 \u2192", None]
+    may = pl.DataFrame({"t": texts}).select(sigs.may_match(pl.col("t"))).to_series().to_list()
+    dropped = [t for t, m in zip(texts, may, strict=True) if not m]
+    assert [t for t in dropped if sigs.match(t or "")] == []
+    assert "node01:4100:4300 [0] NCCL INFO Connected all rings" in dropped
+    assert "caf\u00e9 \u2192" not in dropped  # not plain ASCII: always matched
+    assert len(dropped) > len(texts) // 2  # it spares most lines
