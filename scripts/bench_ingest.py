@@ -650,6 +650,7 @@ def main() -> int:
     warm_bytecode()
     store = OUT / "store"
     cmd = "python scripts/bench_ingest.py" + (f" --mb {args.mb}" if args.mb != 100 else "")
+    cmd += f" --repeat {args.repeat}" if args.repeat != 3 else ""
     res: dict = {
         "command": cmd + (" --no-remote" if args.no_remote else ""),
         "cores": os.cpu_count(),

@@ -100,6 +100,17 @@ def _line_hits(
     return out
 
 
+def _kept_lines(ln: pl.DataFrame) -> tuple[list[tuple[int, str, str]], list[bool]]:
+    """The run's ``lines`` rows as (line, kind, text) in line order, and per row whether a
+    signature may hit it (``signatures.may_match``)."""
+    if ln.is_empty():
+        return [], []
+    rows = ln.sort("line").select(
+        "line", "kind", pl.col("text").fill_null(""), sigs.may_match(pl.col("text")).alias("_may")
+    )
+    return list(rows.select("line", "kind", "text").iter_rows()), rows["_may"].to_list()
+
+
 def _run_end(runs: pl.DataFrame, served_lines: list[tuple[int, str]]) -> tuple[int, Any]:
     last_line, last_ts = 0, None
     if not runs.is_empty():
@@ -156,17 +167,7 @@ def analyze(
     # the server's first own line: a stage or a metrics line (what comes before it in a log
     # that shows the server starting is a harness's, pip's or a shell's)
     owned = [li for _, _, li in stages[:1]] + [li for li, _ in served_lines[:1]]
-    lines: list[tuple[int, str, str]] = []
-    may: list[bool] = []
-    if not ln.is_empty():
-        rows = ln.sort("line").select(
-            "line",
-            "kind",
-            pl.col("text").fill_null(""),
-            sigs.may_match(pl.col("text")).alias("_may"),
-        )
-        lines = list(rows.select("line", "kind", "text").iter_rows())
-        may = rows["_may"].to_list()
+    lines, may = _kept_lines(ln)
     # a client's result printed in the log proves serving (signatures.SERVING_PROOF)
     proof = sigs.serving_proof((li, t) for li, _, t in lines)
     if proof:

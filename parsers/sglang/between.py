@@ -1,0 +1,76 @@
+"""The Python path between the bulk lines (parsers/sglang/bulk.py): ``LogParser``'s rare lines,
+in file order, and what the bulk lines between them do to its sequential state (an open
+traceback, the prefix finder's learning). A part of ``LogParser`` (parser.py), which it
+extends."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from forensics_parsers.sglang import bulk as bulk_
+from forensics_parsers.sglang.chunk import Chunk as _Chunk
+
+
+class Between:
+    """``LogParser``'s walk of the rare lines and the gaps of bulk lines between them (it
+    reads the parser's ``_tb``, ``_bulk_ok``, ``_physical_line``, ``_closed_by_prefixed``)."""
+
+    def _python_lines(self, ck: _Chunk, lines: pl.DataFrame) -> None:
+        for line_no, raw in lines.iter_rows():
+            self._physical_line(ck, line_no, raw)
+
+    def _python_lines_between(
+        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, rare: pl.DataFrame
+    ) -> pl.DataFrame:
+        """The rare lines in Python, in file order, with what the bulk lines between them do
+        to the sequential state: a prefixed bulk line closes an open traceback, unprefixed
+        ones may continue it (``_gap``); if the prefix finder learns a transport prefix on the
+        way, the lines after go through Python too. -> the bulk lines that stayed bulk."""
+        gaps = bulk_.gaps(quick, rare)
+        done = 0  # the last line handled
+        taken: list[int] = []  # bulk lines the Python path read instead (``_gap``)
+        for line_no, raw in rare.iter_rows():
+            if line_no in gaps:
+                if not self._bulk_ok():
+                    return self._fall_back(ck, other, quick, taken, done)
+                self._gap(ck, quick, gaps[line_no], line_no, taken)
+            self._physical_line(ck, line_no, raw)
+            done = line_no
+        if gaps.get(None) is not None:
+            if not self._bulk_ok():
+                return self._fall_back(ck, other, quick, taken, done)
+            self._gap(ck, quick, gaps[None], None, taken)
+        return quick.filter(~pl.col("line").is_in(taken)) if taken else quick
+
+    def _gap(
+        self,
+        ck: _Chunk,
+        quick: pl.DataFrame,
+        gap: tuple[int, str | None],
+        end: int | None,
+        taken: list[int],
+    ) -> None:
+        """The bulk lines of a gap (``bulk.gaps``: its first row in ``quick``, that line's rank
+        or None when unprefixed; ``end``: the rare line after it) and an open traceback: a
+        prefixed line closes it; unprefixed lines go through the Python path (into ``taken``),
+        in order, while it is open (they may continue it)."""
+        start, rank = gap
+        if self._tb is None:
+            return
+        if rank is not None:
+            self._closed_by_prefixed(rank)
+            return
+        for line_no, ts, rank, msg in quick.slice(start).select(bulk_.GAP_COLUMNS).iter_rows():
+            if (end is not None and line_no >= end) or self._tb is None:
+                return
+            if ts is not None:
+                self._closed_by_prefixed(rank)
+                return
+            self._physical_line(ck, line_no, msg)
+            taken.append(line_no)
+
+    def _fall_back(
+        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, taken: list[int], done: int
+    ) -> pl.DataFrame:
+        self._python_lines(ck, other.filter(pl.col("line") > done))
+        return quick.filter((pl.col("line") < done) & ~pl.col("line").is_in(taken))
