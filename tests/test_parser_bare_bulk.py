@@ -15,8 +15,9 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics_parsers.sglang import Frames, LogParser
+from forensics_parsers.sglang import LogParser
 from forensics_parsers.sglang import bulk as B
+from tests.test_parser_bulk import HEAD, parse, same
 
 NCCL = "node01:41{s}:43{s} [{s}] NCCL INFO Channel 0{s}/24 :    0   1   2   3"
 LINES = [
@@ -56,8 +57,6 @@ LINES = [
 line = st.tuples(st.sampled_from(LINES), st.integers(0, 9)).map(lambda x: x[0].format(s=x[1]))
 # runs of NCCL lines (a startup prints thousands in a row), so gaps hold many bulk lines
 block = st.one_of(line, st.integers(1, 40).map(lambda n: [NCCL.format(s=i % 8) for i in range(n)]))
-# past the sniff window: unprefixed lines there may teach the prefix finder (in either path)
-HEAD = [f"[2026-02-25 09:00:00 TP{i % 4}] WARNING: filler {i}" for i in range(70)]
 
 
 def _join(parts: list) -> bytes:
@@ -69,22 +68,6 @@ def _join(parts: list) -> bytes:
 
 logs = st.lists(block, max_size=50).map(_join)
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def parse(data: bytes, cut: int, bulk: bool) -> tuple[Frames, dict]:
-    p = LogParser("x.log", date_hint="2026-02-25", bulk=bulk)
-    parts = [p.feed(data[i : i + cut]) for i in range(0, len(data), cut)]
-    state = p.state()
-    return Frames.concat([*parts, p.finish()]), state
-
-
-def same(a: Frames, b: Frames) -> None:
-    for name, df in a.tables().items():
-        other = b.tables()[name]
-        assert df.schema == other.schema, name
-        assert df.to_dicts() == other.to_dicts(), name
-    assert a.counts == b.counts
-    assert a.stats == b.stats
 
 
 def _check(data: bytes, cut: int) -> None:
