@@ -29,23 +29,25 @@ class Between:
         gaps = bulk_.gaps(quick, rare)
         done = 0  # the last line handled
         taken: list[int] = []  # bulk lines the Python path read instead (``_gap``)
+        rows: list[tuple] = []  # quick's rows as tuples, once a gap is walked (``_gap``)
         for line_no, raw in rare.iter_rows():
             if line_no in gaps:
                 if not self._bulk_ok():
                     return self._fall_back(ck, other, quick, taken, done)
-                self._gap(ck, quick, gaps[line_no], line_no, taken)
+                self._gap(ck, quick, rows, gaps[line_no], line_no, taken)
             self._physical_line(ck, line_no, raw)
             done = line_no
         if gaps.get(None) is not None:
             if not self._bulk_ok():
                 return self._fall_back(ck, other, quick, taken, done)
-            self._gap(ck, quick, gaps[None], None, taken)
+            self._gap(ck, quick, rows, gaps[None], None, taken)
         return quick.filter(~pl.col("line").is_in(taken)) if taken else quick
 
     def _gap(
         self,
         ck: _Chunk,
         quick: pl.DataFrame,
+        rows: list[tuple],
         gap: tuple[int, str | None],
         end: int | None,
         taken: list[int],
@@ -53,14 +55,18 @@ class Between:
         """The bulk lines of a gap (``bulk.gaps``: its first row in ``quick``, that line's rank
         or None when unprefixed; ``end``: the rare line after it) and an open traceback: a
         prefixed line closes it; unprefixed lines go through the Python path (into ``taken``),
-        in order, while it is open (they may continue it)."""
+        in order, while it is open (they may continue it). ``rows``: ``quick``'s rows, filled
+        at the first walk (a log of many tracebacks walks thousands of gaps a chunk)."""
         start, rank = gap
         if self._tb is None:
             return
         if rank is not None:
             self._closed_by_prefixed(rank)
             return
-        for line_no, ts, rank, msg in quick.slice(start).select(bulk_.GAP_COLUMNS).iter_rows():
+        if not rows:
+            rows.extend(quick.select(bulk_.GAP_COLUMNS).rows())
+        for i in range(start, len(rows)):
+            line_no, ts, rank, msg = rows[i]
             if (end is not None and line_no >= end) or self._tb is None:
                 return
             if ts is not None:
