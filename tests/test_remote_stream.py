@@ -258,3 +258,23 @@ def test_the_hosts_of_one_ingest_connect_at_once_and_a_dead_one_once(
     assert "Connection refused" in r.output or "refused" in r.output.lower(), r.output
     assert tried.count(dead_port) == 1  # its error raised, not a second connect
     hosts.close_all()
+
+
+# issue 15 (remote ingest speed): what a connection costs
+
+
+def test_connections_ask_for_aes_gcm_and_paramiko_loads_without_invoke(ssh_host):
+    import subprocess
+    import sys
+
+    from forensics.hosts.ssh import CIPHERS_FIRST
+
+    t = ssh_host._client.get_transport()
+    assert (t.local_cipher, t.remote_cipher) == (CIPHERS_FIRST[0], CIPHERS_FIRST[0])
+    code = (
+        "import sys; from forensics.hosts.ssh import _import_paramiko; _import_paramiko(); "
+        "assert 'paramiko' in sys.modules and 'invoke' not in sys.modules; "
+        "import importlib.util; assert importlib.util.find_spec('invoke') is None or "
+        "__import__('invoke')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
