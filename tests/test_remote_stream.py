@@ -260,7 +260,87 @@ def test_the_hosts_of_one_ingest_connect_at_once_and_a_dead_one_once(
     hosts.close_all()
 
 
-# issue 15 (remote ingest speed): what a connection costs
+# issue 15 (remote ingest speed): what an ingest of a remote log does while the host connects
+
+
+def test_an_ingest_imports_the_parser_while_its_remote_host_connects(
+    ssh_config, big_log, tmp_path, monkeypatch
+):
+    import threading
+    import time
+
+    from forensics import hosts
+    from forensics.ingest import batch
+
+    events: list[tuple[str, str]] = []
+    real_import, real_connect = batch._import_parser, hosts.SSHHost.connect
+
+    def importing():
+        events.append(("import", threading.current_thread().name))
+        real_import()
+
+    def connect(self):
+        time.sleep(0.3)  # a slow handshake: the import starts meanwhile, not after it
+        real_connect(self)
+        events.append(("connected", threading.current_thread().name))
+
+    monkeypatch.setattr(batch, "_import_parser", importing)
+    monkeypatch.setattr(hosts.SSHHost, "connect", connect)
+    remote = _ingest([f"sshtest:{big_log}"])
+    assert events[0] == ("import", "forensics-parser-import")
+    assert events[1][0] == "connected"
+    assert not any(t.name == "forensics-parser-import" for t in threading.enumerate())
+    events.clear()
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "local-home"))
+    local = _ingest([str(big_log)])
+    assert events == []  # a local ingest has nothing to overlap: no thread
+    for key in ("lines_total", "decode_lines", "prefill_lines"):
+        assert remote[key] == local[key]
+
+
+def test_the_first_remote_shell_starts_as_the_host_connects(ssh_config, big_log, monkeypatch):
+    from forensics.hosts import streams
+    from forensics.hosts.sftp import SFTPFiles
+
+    order: list[str] = []
+    started: list[str] = []
+    real_coming, real_stat, real_exec = (
+        streams.Streams.stream_coming,
+        SFTPFiles.stat,
+        streams._exec,
+    )
+
+    def coming(self):
+        order.append("shell")
+        real_coming(self)
+
+    def stat(self, path):
+        order.append("stat")
+        return real_stat(self, path)
+
+    def spy_exec(transport, command, *args):
+        started.append(command)
+        return real_exec(transport, command, *args)
+
+    monkeypatch.setattr(streams.Streams, "stream_coming", coming)
+    monkeypatch.setattr(SFTPFiles, "stat", stat)
+    monkeypatch.setattr(streams, "_exec", spy_exec)
+    assert _ingest([f"sshtest:{big_log}"])["files_by_status"] == {"new": 1}
+    assert order[:2] == ["shell", "stat"]  # before the path is looked up
+    assert started == [streams.SPARE_SHELL]  # the stream ran in it, none other started
+
+
+def test_stream_coming_starts_one_shell_that_expect_streams_keeps(ssh_host):
+    from tests.test_hosts_ssh import _spare
+
+    ssh_host.stream_coming()
+    first = _spare(ssh_host)
+    assert first is not None
+    ssh_host.stream_coming()  # announced already: nothing more
+    ssh_host.expect_streams(1)  # the count, once the files are known: the same shell
+    assert ssh_host._spares == [first] and not first.closed
+    assert b"".join(ssh_host.stream("echo ran")) == b"ran\n"
+    assert ssh_host.spares == 0
 
 
 def test_connections_ask_for_aes_gcm_and_paramiko_loads_without_invoke(ssh_host):

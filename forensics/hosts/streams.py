@@ -65,6 +65,15 @@ class Streams:
                 chan.close()
         self._warm()
 
+    def stream_coming(self) -> None:
+        """A stream is coming, how many is not known yet (ingest, its host just connected):
+        one shell starts now, unless streams are announced already (``expect_streams``
+        sets the count once the files are known, keeping this shell)."""
+        with self._lock:
+            if self._streams_expected:
+                return
+        self.expect_streams(1)
+
     def _warm(self) -> None:
         with self._lock:
             room = SESSIONS - self._streams_open

@@ -59,7 +59,12 @@ def ingest(
     t0 = time.monotonic()
     summary = IngestSummary()
     _check_pattern(name_pattern)
-    files = _files(inputs, recursive, trust_new_host, run, summary)
+    importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
+    try:
+        files = _files(inputs, recursive, trust_new_host, run, summary)
+    except BaseException:
+        importing.join()
+        raise
     logs = sum(1 for _, p in files if not is_results_file(p))
     jobs = (jobs or default_jobs()) if logs > 1 else 1  # one file: parsed here, no worker
     _expect_streams(files, jobs)
@@ -106,9 +111,42 @@ def ingest(
         batch.stop_pool()
         batch.remove_staging()  # after the commits: adopted parts are renamed from there
         batch.join_warming()  # no thread outlives the ingest
+        importing.join()
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
+
+
+def _import_parser_ahead(inputs: list[str]) -> threading.Thread:
+    """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
+    a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
+    waits for the host, and the parse needed the import after it (issue 15, remote). A
+    thread that does nothing otherwise (joined all the same)."""
+    from forensics.hosts import is_remote
+
+    remote = any(is_remote(text) for text in inputs)
+    thread = threading.Thread(
+        target=_import_parser if remote else None, name="forensics-parser-import"
+    )
+    thread.start()
+    return thread
+
+
+def _import_parser() -> None:
+    try:
+        import forensics_parsers.sglang  # noqa: F401 - imported ahead of the parse
+    except Exception:  # noqa: BLE001 - the parse imports it again and reports what fails
+        pass
+
+
+def _shell_ahead(host: Any) -> None:
+    """A remote host of the inputs just connected: the remote shell of its first stream
+    starts now (forensics/hosts/streams.py), while its paths are looked up and the parser
+    imports; a session's start on the host (the login shell, its rc files) is what a
+    stream waits for first."""
+    coming = getattr(host, "stream_coming", None)
+    if coming is not None:
+        coming()
 
 
 def _expect_streams(files: list[tuple[Any, str]], jobs: int) -> None:
@@ -152,7 +190,11 @@ def _files(
     from forensics.bench_results import is_results_file
 
     files = expand_inputs(
-        inputs, recursive=recursive, warn=summary.warnings.append, trust_new_host=trust_new_host
+        inputs,
+        recursive=recursive,
+        warn=summary.warnings.append,
+        trust_new_host=trust_new_host,
+        connected=_shell_ahead,
     )
     files.sort(key=lambda hp: is_results_file(hp[1]))
     if run is not None and not any(is_results_file(p) for _, p in files):

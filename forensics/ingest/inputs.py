@@ -29,9 +29,12 @@ def expand_inputs(
     recursive: bool = False,
     warn: Callable[[str], None],
     trust_new_host: bool = False,
+    connected: Callable[[Any], None] | None = None,
 ) -> list[tuple[Any, str]]:
     """-> [(host, path)] of files, deduplicated, in the order given. The hosts are connected
-    all at once first (``connect_all``); an error is raised at its input, in order."""
+    all at once first (``connect_all``); an error is raised at its input, in order.
+    ``connected(host)`` is called for a remote input's host as soon as it is connected,
+    before its paths are looked at."""
     from forensics.hosts import connect_all, resolve_location
 
     out: list[tuple[Any, str]] = []
@@ -46,6 +49,8 @@ def expand_inputs(
         local = host.name == "local"
         if local:
             path = os.path.expanduser(path)
+        elif connected is not None:
+            connected(host)
         candidates = _candidates(host, text, path, missing)
         for cand in candidates:
             if host.is_dir(cand):
