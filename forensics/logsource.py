@@ -30,9 +30,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import io
-import itertools
 import lzma
-import shlex
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +38,7 @@ from typing import Any
 
 from forensics.errors import NotALog, StreamDamaged
 from forensics.filekinds import NOT_LOGS
+from forensics.logstream import WIRE, Wire, _zstd, _zstd_errors, streamed, wire_script
 
 READ_CHUNK = 4 << 20  # bytes of UTF-8 per chunk yielded (ingest's parse unit)
 # a remote file this big or more is streamed (LogSource.raw); a smaller one costs less over
@@ -107,18 +106,6 @@ class _Inflater:
 
     def close(self) -> None:
         pass
-
-
-def _zstd() -> Any:
-    import zstandard
-
-    return zstandard.ZstdDecompressor().decompressobj()
-
-
-def _zstd_errors() -> tuple[type[BaseException], ...]:
-    import zstandard
-
-    return (zstandard.ZstdError,)
 
 
 def _lz4() -> Any:
@@ -198,43 +185,6 @@ ENCODINGS: tuple[tuple[bytes, str], ...] = (
     (codecs.BOM_UTF16_LE, "utf-16-le"),
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
-
-
-@dataclass(frozen=True)
-class Wire:
-    """How a remote plain log travels (``LogSource._streamed``): ``command`` reads the log on
-    stdin and writes what goes on the wire; ``decompressor`` undoes it (None: as is)."""
-
-    name: str
-    command: str
-    decompressor: Callable[[], Any] | None
-    feed: int = 1 << 20  # wire bytes per decompress call: bounds what one call can expand to
-
-
-# First the host has wins (logs compress ~10x, so the link and paramiko's per-packet work
-# carry a tenth); ``cat`` is always there.
-WIRE: tuple[Wire, ...] = (
-    # a NUL-padded tail compresses > 1000x: small feeds keep each call's output small
-    Wire("zstd", "zstd -q -c -1", _zstd, feed=256),
-    Wire("gzip", "gzip -c -1", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), feed=1 << 10),
-    Wire("cat", "cat", None),
-)
-
-
-def wire_script(path: str, start: int, length: int, wires: tuple[Wire, ...] = WIRE) -> str:
-    """A POSIX sh script: bytes [start, start+length) of ``path`` through the first of
-    ``wires`` whose program the host has (the last is the fallback), its name on line 1."""
-    last = wires[-1]
-    script = f"w={last.name}; z={shlex.quote(last.command)}; "
-    for w in reversed(wires[:-1]):  # if the first is there ... else (the next test) ... fi
-        script = (
-            f"if command -v {shlex.quote(w.command.split()[0])} >/dev/null 2>&1; "
-            f"then w={w.name}; z={shlex.quote(w.command)}; else {script}fi; "
-        )
-    # from the start, head reads the file itself (one process less copying every byte)
-    src = f"tail -c +{start + 1} -- {shlex.quote(path)} | " if start else ""
-    read = f"head -c {length}" + ("" if start else f" -- {shlex.quote(path)}")
-    return f"{script}printf '%s\\n' \"$w\"; {src}{read} | $z"
 
 
 def _format_of(head: bytes) -> Format | None:
@@ -386,61 +336,7 @@ class LogSource:
         if getattr(self.host, "stream", None) is None or end - start < STREAM_MIN:
             return self.host.iter_chunks(self.path, start, READ_CHUNK, limit=end - start)
         # a compressed log gains nothing from compression on the wire: it travels as is
-        return self._streamed(start, end, WIRE if self.format is None else WIRE[-1:])
-
-    def _open_wire(self, start: int, end: int, wires: tuple[Wire, ...]) -> tuple[Wire, bytes, Any]:
-        """Start the remote script; (the wire it chose, bytes after its header, the rest)."""
-        from forensics.errors import RemoteError
-
-        path = self.path[2:] if self.path.startswith("~/") else self.path  # from $HOME
-        pieces = self.host.stream(wire_script(path, start, end - start, wires))
-        head = b""
-        for piece in pieces:
-            head += piece
-            if b"\n" in head or len(head) > 64:
-                break
-        name, _, rest = head.partition(b"\n")
-        wire = next((w for w in wires if w.name.encode() == name), None)
-        if wire is None:
-            pieces.close()
-            raise RemoteError(f"{self.where}: unexpected stream header {name[:40]!r}")
-        return wire, rest, pieces
-
-    def _streamed(self, start: int, end: int, wires: tuple[Wire, ...]) -> Iterator[bytes]:
-        """Bytes [start, end) of a remote log as one stream, read ahead while the caller
-        parses (``SSHHost.stream``) and compressed on the wire where the host has zstd or
-        gzip (``WIRE``). What the stream did not deliver (it could not start, the link
-        dropped, the file shrank) is read by the host's SFTP reads from where it stopped."""
-        from forensics.errors import RemoteError
-
-        want = end - start
-        got = 0
-        out = bytearray()
-        pieces: Any = None
-        try:
-            wire, rest, pieces = self._open_wire(start, end, wires)
-            dec = wire.decompressor() if wire.decompressor is not None else None
-            for piece in itertools.chain((rest,), pieces):
-                for at in range(0, len(piece), wire.feed):
-                    part = piece[at : at + wire.feed]
-                    out += dec.decompress(part) if dec is not None else part
-                    while len(out) >= READ_CHUNK and got < want:
-                        data = bytes(out[: min(READ_CHUNK, want - got)])
-                        del out[:READ_CHUNK]
-                        got += len(data)
-                        yield data
-        except (RemoteError, zlib.error, *_zstd_errors()):
-            pass  # the rest comes over SFTP, below
-        finally:
-            if pieces is not None:
-                pieces.close()
-        while out and got < want:
-            data = bytes(out[: min(READ_CHUNK, want - got)])
-            del out[:READ_CHUNK]
-            got += len(data)
-            yield data
-        if got < want:
-            yield from self.host.iter_chunks(self.path, start + got, READ_CHUNK, limit=want - got)
+        return streamed(self, start, end, WIRE if self.format is None else WIRE[-1:])
 
     def _recoded(self, raw: Iterator[bytes], torn: bool) -> Iterator[bytes]:
         dec = codecs.getincrementaldecoder(self.encoding)(errors="replace")

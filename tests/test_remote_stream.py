@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from forensics import logsource
+from forensics import logsource, logstream
 from forensics.cli import cli
 from forensics.hosts import SSHHost
 from forensics.logsource import READ_CHUNK, STREAM_MIN, Wire, open_log
@@ -113,8 +113,12 @@ def test_a_nul_padded_tail_comes_in_bounded_chunks(ssh_host, tmp_path, monkeypat
     assert max(sizes) <= READ_CHUNK
 
 
-def _sftp_bytes(monkeypatch) -> list[int]:
-    """Bytes read by SSHHost's SFTP reads from now on (a spy: the reads still happen)."""
+def _sftp_bytes(monkeypatch, lead: bool = False) -> list[int]:
+    """Bytes read by SSHHost's SFTP reads from now on (a spy: the reads still happen).
+    Unless ``lead``, a stream's first bytes do not come over SFTP while its shell starts
+    (logstream._lead waits for the stream): what SFTP reads is then deterministic."""
+    if not lead:
+        monkeypatch.setattr(logstream, "LEAD_WAIT", 60.0)
     seen: list[int] = []
     real = SSHHost.iter_chunks
 
@@ -358,3 +362,36 @@ def test_connections_ask_for_aes_gcm_and_paramiko_loads_without_invoke(ssh_host)
         "__import__('invoke')"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_first_bytes_come_over_sftp_while_the_stream_s_shell_starts(
+    ssh_config, ssh_host, big_log, monkeypatch, tmp_path
+):
+    # issue 15 (remote): a slow login shell on the host (rc files) delays a stream's first
+    # bytes; meanwhile they are read over SFTP, and the stream's copy of them is dropped.
+    # Here the stream "arrives" after three SFTP chunks, whatever the timing.
+    from forensics.hosts.streams import RemoteStream
+
+    real = RemoteStream.arrived
+    asked: list[int] = []
+
+    def arrived(self, timeout=0.0):
+        asked.append(1)
+        return len(asked) % 4 == 0 and real(self, 30.0)
+
+    monkeypatch.setattr(RemoteStream, "arrived", arrived)
+    sftp = _sftp_bytes(monkeypatch, lead=True)
+    data = big_log.read_bytes()
+    chunks = list(open_log(ssh_host, str(big_log)).chunks())
+    assert b"".join(chunks) == data and max(map(len, chunks)) <= READ_CHUNK
+    lead = sum(sftp) - logsource.HEAD_BYTES
+    assert lead == 3 * logstream.LEAD_CHUNK  # SFTP first, then the stream
+    assert b"".join(open_log(ssh_host, str(big_log)).chunks(12_345)) == data[12_345:]
+    local = _ingest([str(big_log)])
+    rows = _rows()
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "lead-store"))
+    remote = _ingest([f"sshtest:{big_log}"])
+    assert _stored(big_log)["content_hash"] == hashlib.sha1(data).hexdigest()
+    assert _rows() == rows
+    for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
+        assert remote[k] == local[k], k

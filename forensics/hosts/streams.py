@@ -160,52 +160,16 @@ class Streams:
         self._warm()  # the next one's shell starts while this one is read
         return chan
 
-    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> Iterator[bytes]:
+    def stream(self, script: str, *, window: int = STREAM_WINDOW) -> RemoteStream:
         """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
-        pieces; a read-ahead thread keeps at most ``window`` bytes waiting, so the transfer
-        goes on while the caller works on what came. Every wait is bounded by the op timeout
-        (S13). Raises RemoteError when it cannot start, the link drops, or the command exits
-        non-zero (its stderr in the message)."""
+        pieces (iterate the RemoteStream returned); it starts now, and a read-ahead thread
+        keeps at most ``window`` bytes waiting, so the transfer goes on while the caller
+        works on what came. Every wait is bounded by the op timeout (S13). Raises
+        RemoteError when it cannot start (here), the link drops, or the command exits
+        non-zero (its stderr in the message; while iterating)."""
         chan = self._stream_channel(script, window)
         chan.settimeout(self.op_timeout)
-        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
-        stop = threading.Event()
-
-        def pull() -> None:
-            try:
-                while not stop.is_set():
-                    data = chan.recv(1 << 20)
-                    if not data:
-                        break
-                    ahead.put(data)
-                ahead.put(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
-                ahead.put(exc)
-
-        reader = threading.Thread(target=pull, name="forensics-stream", daemon=True)
-        reader.start()
-        try:
-            yield from self._pieces(ahead)
-            rc = chan.recv_exit_status()
-            if rc != 0:
-                err = b""
-                with contextlib.suppress(Exception):
-                    while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(1 << 12)
-                raise RemoteError(
-                    f"{self.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
-                    hint="check the path and that the command exists on the host",
-                )
-        finally:
-            with self._lock:
-                self._streams_open -= 1
-            stop.set()
-            with contextlib.suppress(Exception):
-                chan.close()
-            with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
-                while True:
-                    ahead.get_nowait()
-            reader.join(timeout=5)
+        return RemoteStream(self, chan)
 
     def _pieces(self, ahead: queue.Queue) -> Iterator[bytes]:
         """What the read-ahead thread queued, until the end of the output."""
@@ -225,6 +189,82 @@ class Streams:
                     hint="re-run; the bytes read so far were kept",
                 )
             yield item
+
+
+class RemoteStream:
+    """A started stream (``Streams.stream``): iterate it for its pieces; ``arrived`` says
+    whether its first bytes came (the remote shell runs it); ``close`` ends it, read or not."""
+
+    def __init__(self, host: Streams, chan: Any):
+        self._host, self._chan = host, chan
+        self._ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
+        self._stop, self._first = threading.Event(), threading.Event()
+        self._ended = False
+        self._reader = threading.Thread(target=self._pull, name="forensics-stream", daemon=True)
+        self._reader.start()
+        self._pieces = self._read()
+
+    def _pull(self) -> None:
+        """(thread) The channel's output into the queue, then None (or the error)."""
+        try:
+            while not self._stop.is_set():
+                data = self._chan.recv(1 << 20)
+                if not data:
+                    break
+                self._ahead.put(data)
+                self._first.set()
+            self._ahead.put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            self._ahead.put(exc)
+        finally:
+            self._first.set()
+
+    def arrived(self, timeout: float = 0.0) -> bool:
+        """Whether output (or the end) came, waiting at most ``timeout`` seconds for it."""
+        return self._first.wait(timeout) if timeout > 0 else self._first.is_set()
+
+    def __iter__(self) -> RemoteStream:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._pieces)
+
+    def _read(self) -> Iterator[bytes]:
+        chan = self._chan
+        try:
+            yield from self._host._pieces(self._ahead)
+            rc = chan.recv_exit_status()
+            if rc != 0:
+                err = b""
+                with contextlib.suppress(Exception):
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 12)
+                raise RemoteError(
+                    f"{self._host.address}: exit {rc}: "
+                    f"{err.decode(errors='replace').strip()[:200]}",
+                    hint="check the path and that the command exists on the host",
+                )
+        finally:
+            self._end()
+
+    def close(self) -> None:
+        self._pieces.close()
+        self._end()  # a stream never iterated: its generator's finally never ran
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        host = self._host
+        with host._lock:
+            host._streams_open -= 1
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self._chan.close()
+        with contextlib.suppress(queue.Empty):  # unblock a reader waiting to put
+            while True:
+                self._ahead.get_nowait()
+        self._reader.join(timeout=5)
 
 
 def _exec(transport: Any, command: str, window: int, timeout: float) -> Any:
