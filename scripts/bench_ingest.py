@@ -288,11 +288,13 @@ TOOLS: list[tuple[str, str, Callable[[Path], list[str]]]] = [
 ]
 
 
-def measure_cpu(cmd: list[str], env: dict[str, str]) -> dict:
+def measure_cpu(cmd: list[str], env: dict[str, str], *, discard: bool = False) -> dict:
     """Wall seconds, CPU seconds (user + sys), peak RSS MB and stdout of one child under GNU
-    time (CPU time is what a loaded machine does not inflate)."""
+    time (CPU time is what a loaded machine does not inflate); ``discard``: stdout goes to
+    /dev/null (out is empty)."""
     t0 = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, env=env)
+    out = subprocess.DEVNULL if discard else subprocess.PIPE
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=out, stderr=subprocess.PIPE, env=env)
     dt = time.perf_counter() - t0
     err = p.stderr.decode(errors="replace")
     if p.returncode != 0:
@@ -306,7 +308,7 @@ def measure_cpu(cmd: list[str], env: dict[str, str]) -> dict:
         "s": dt,
         "cpu_s": field(r"User time \(seconds\)") + field(r"System time \(seconds\)"),
         "rss_mb": field(r"Maximum resident set size \(kbytes\)") / 1024,
-        "out": p.stdout.decode(errors="replace"),
+        "out": (p.stdout or b"").decode(errors="replace"),
     }
 
 
@@ -406,14 +408,39 @@ class _Loopback:
             return [f"bench{i}:{c}" for i, c in enumerate(self.copies[:n])]
         return [str(c) for c in self.plain[:n]]
 
+    def host_cpu(self) -> float:
+        """CPU seconds the sshd spent (its own and its sessions' once they ended: sshd, the
+        shells, ``head``, ``zstd``): what the host side of an ingest costs, on the same cores
+        here. Read when it stops moving (a session is reaped a moment after its client)."""
+        assert self.sshd.proc is not None
+        stat = Path(f"/proc/{self.sshd.proc.pid}/stat")
+        ticks = os.sysconf("SC_CLK_TCK")
+        last, deadline = -1.0, time.monotonic() + 3
+        while time.monotonic() < deadline:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            now = sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
+            if now == last:
+                break
+            last = now
+            time.sleep(0.15)
+        return last
+
     def ingest(self, names: list[str], jobs: int | None) -> dict:
-        """One ingest of ``names`` in a fresh store (``jobs``: --jobs, None: the default)."""
+        """One ingest of ``names`` in a fresh store (``jobs``: --jobs, None: the default);
+        ``host_cpu_s``: the sshd's CPU meanwhile."""
         cmd = [sys.executable, "-m", "forensics", "ingest", "--json"]
         cmd += ["--jobs", str(jobs)] if jobs else []
-        m = measure_cpu([*cmd, *names], self.env())
+        env = self.env()
+        before = self.host_cpu()
+        m = measure_cpu([*cmd, *names], env)
         summary = json.loads(m["out"])["files_by_status"]
         assert summary == {"new": len(names)}, summary
-        return {"s": round(m["s"], 3), "cpu_s": m["cpu_s"], "rss_mb": round(m["rss_mb"])}
+        return {
+            "s": round(m["s"], 3),
+            "cpu_s": m["cpu_s"],
+            "host_cpu_s": round(self.host_cpu() - before, 2),
+            "rss_mb": round(m["rss_mb"]),
+        }
 
     def close(self) -> None:
         for c in self.copies + self.plain:
@@ -421,31 +448,38 @@ class _Loopback:
         self.sshd.stop()
 
 
-def bench_remote(log: Path, store: Path, hosts: int) -> dict:
+def bench_remote(log: Path, store: Path, hosts: int, repeat: int = 3) -> dict:
     """Ingest over a loopback sshd started here; ``ssh cat`` of the same file beside it, and
     the same N copies ingested as local paths (what N files cost without the network), each
     N-file ingest serial (``--jobs 1``) and parallel (``--jobs`` default: the cores)."""
-    res: dict = {"hosts": hosts, "cores": os.cpu_count()}
+    res: dict = {"hosts": hosts, "cores": os.cpu_count(), "rounds": repeat}
     lb = _Loopback(log, store, hosts)
     try:
-        cat = measure_cpu([*lb.ssh(), "cat", str(log)], os.environ.copy())
-        res["ssh_cat_s"] = round(cat["s"], 3)
         env = lb.env()
         for how in ("sftp", "stream"):  # the transfer alone, no parse
             m = measure_cpu(_self(how)(f"bench0:{log}"), env)
             assert int(m["out"]) == log.stat().st_size, m["out"]
             res[f"{how}_read_s"] = round(m["s"], 3)
-        one = lb.ingest([str(log)], None)
-        res["local_ingest_s"], res["local_ingest_cpu_s"] = one["s"], one["cpu_s"]
-        one = lb.ingest([f"bench0:{log}"], None)
-        res["remote_ingest_s"], res["remote_ingest_cpu_s"] = one["s"], one["cpu_s"]
-        res["remote_ingest_rss_mb"] = one["rss_mb"]
+        # one host against what it is compared with: ``repeat`` rounds, each runs the three
+        # once (a spell of load touches all alike); each figure the median of its rounds
+        rounds: dict[str, list[dict]] = {"ssh_cat": [], "local": [], "remote": []}
+        for _ in range(repeat):
+            before = lb.host_cpu()
+            cat = measure_cpu([*lb.ssh(), "cat", str(log)], os.environ.copy(), discard=True)
+            rounds["ssh_cat"].append({**cat, "host_cpu_s": lb.host_cpu() - before})
+            rounds["local"].append(lb.ingest([str(log)], None))
+            rounds["remote"].append(lb.ingest([f"bench0:{log}"], None))
+        for key, runs in rounds.items():
+            key = key if key == "ssh_cat" else f"{key}_ingest"
+            for field in ("s", "cpu_s", "host_cpu_s", "rss_mb"):
+                res[f"{key}_{field}"] = round(statistics.median(r[field] for r in runs), 3)
+            res[f"{key}_runs_s"] = [round(r["s"], 3) for r in runs]
         lb.make_copies()
         for key in ("hosts", "local_copies"):
             for jobs, tag in ((1, "_serial"), (None, "")):
                 m = lb.ingest(lb.names(key, hosts), jobs)
-                res[f"{key}{tag}_ingest_s"], res[f"{key}{tag}_ingest_cpu_s"] = m["s"], m["cpu_s"]
-                res[f"{key}{tag}_ingest_rss_mb"] = m["rss_mb"]
+                for field in ("s", "cpu_s", "host_cpu_s", "rss_mb"):
+                    res[f"{key}{tag}_ingest_{field}"] = m[field]
     finally:
         lb.close()
     return res
@@ -552,26 +586,40 @@ def render_nccl(rows: dict) -> list[str]:
 def render_remote(r: dict) -> list[str]:
     local = r["local_ingest_s"]
     bound = max(local, r["ssh_cat_s"])
-    n = r["hosts"]
+    n, cores = r["hosts"], r["cores"]
 
     def row(what: str, key: str, extra: str = "") -> str:
-        s, cpu = r[f"{key}_ingest_s"], r[f"{key}_ingest_cpu_s"]
+        s, cpu, host = r[f"{key}_ingest_s"], r[f"{key}_ingest_cpu_s"], r[f"{key}_ingest_host_cpu_s"]
+        floor = (cpu + host) / cores
         return (
-            f"| {what} | {s:.2f} s | {cpu:.2f} s | {s / bound:.2f}{extra} | "
-            f"{r[f'{key}_ingest_rss_mb']} MB |"
+            f"| {what} | {s:.2f} s | {cpu:.2f} s | {host:.2f} s | {floor:.2f} s "
+            f"({s / floor:.2f}×) | {s / bound:.2f}{extra} | {r[f'{key}_ingest_rss_mb']:.0f} MB |"
         )
 
+    runs = ", ".join(
+        f"{what} {' / '.join(f'{x:.2f}' for x in r[f'{key}_runs_s'])} s"
+        for what, key in (
+            ("ssh cat", "ssh_cat"),
+            ("local ingest", "local_ingest"),
+            ("remote ingest", "remote_ingest"),
+        )
+    )
     return [
-        f"Remote, busy mix, over a loopback sshd started by the benchmark. The transfer "
+        f"Remote, busy mix, over a loopback sshd started by the benchmark (its sessions, "
+        f"`zstd` and the shells run on the same {cores} cores as the ingest). The transfer "
         f"alone (no parse): `ssh HOST cat FILE >/dev/null` {r['ssh_cat_s']:.2f} s; "
         f"forensics' log source (the stream ingest reads, forensics/logsource.py) "
         f"{r['stream_read_s']:.2f} s; SFTP reads chunk after chunk {r['sftp_read_s']:.2f} s. "
-        f"Local ingest of the same file in this run: {local:.2f} s "
-        f"({r['local_ingest_cpu_s']:.2f} s CPU).",
+        f"Local ingest of the same file: {local:.2f} s ({r['local_ingest_cpu_s']:.2f} s CPU). "
+        f"`ssh cat`, local and remote ingest of one file are the median of {r['rounds']} rounds "
+        f"(each round runs the three once; {runs}); the {n}-file rows are one run each.",
         "",
-        "| ingest | wall | CPU (user + sys) | wall × max(local ingest, ssh cat) | peak RSS |",
-        "| --- | --- | --- | --- | --- |",
+        "| ingest | wall | CPU here (user + sys) | CPU on the host (sshd, its shells, "
+        f"`zstd`) | floor: all that CPU ÷ {cores} cores (wall × floor) "
+        "| wall × max(local ingest, ssh cat) | peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         row("`forensics ingest bench0:FILE`", "remote"),
+        row("`forensics ingest FILE` (local)", "local"),
         *(
             row(
                 f"`forensics ingest{flag}` of {n} hosts (host entries of one sshd, one copy "
@@ -665,7 +713,7 @@ def main() -> int:
             generate(log, args.mb, "busy")
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm cache
         load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-        r = bench_remote(log, store, args.hosts)
+        r = bench_remote(log, store, args.hosts, args.repeat)
         (OUT / "ingest-remote.json").write_text(json.dumps(r, indent=2))
         after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"`{cmd} --only-remote`: {res['cores']} cores, load {load} before, {after} after")
@@ -686,7 +734,7 @@ def main() -> int:
     fx = [sys.executable, "-m", "forensics", "--help"]
     res["help_s"] = round(min(measure(fx, os.environ.copy())[0] for _ in range(5)), 3)
     if not args.no_remote:
-        res["remote"] = bench_remote(logs["busy"], store, args.hosts)
+        res["remote"] = bench_remote(logs["busy"], store, args.hosts, args.repeat)
     res["load_after"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     (OUT / "ingest.json").write_text(json.dumps(res, indent=2))
     text = render(res)
