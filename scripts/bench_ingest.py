@@ -615,7 +615,7 @@ def render_remote(r: dict) -> list[str]:
         f"(each round runs the three once; {runs}); the {n}-file rows are one run each.",
         "",
         "| ingest | wall | CPU here (user + sys) | CPU on the host (sshd, its shells, "
-        f"`zstd`) | floor: all that CPU ÷ {cores} cores (wall × floor) "
+        f"`zstd`) | floor: all that CPU ÷ {cores} cores (wall ÷ floor) "
         "| wall × max(local ingest, ssh cat) | peak RSS |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         row("`forensics ingest bench0:FILE`", "remote"),
