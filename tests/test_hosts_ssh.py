@@ -31,7 +31,13 @@ from forensics.hosts import LocalHost, ReadIncomplete, SSHHost, get_host, resolv
 from tests.conftest import procs_with
 from tests.plugins.sshd import ancestors, proc_stat
 
-from .test_hosts import S06_SCRIPT, check_s06_spill, record_capped, s06_expected
+from .test_hosts import (
+    S06_DEADLINE,
+    S06_SCRIPT,
+    check_s06_spill,
+    record_capped,
+    s06_expected,
+)
 
 
 @pytest.fixture
@@ -120,17 +126,17 @@ def test_s05_deadline_raises_and_remote_process_is_gone(ssh_host, sleep_marker):
 
 def test_s06_huge_stdout_and_stderr_complete(ssh_host):
     script = "head -c 10485760 /dev/zero & head -c 10485760 /dev/zero >&2; wait"
-    res = ssh_host.run(script, timeout=60, max_output=12 << 20)
+    res = ssh_host.run(script, timeout=S06_DEADLINE, max_output=12 << 20)
     assert res.rc == 0
     assert len(res.stdout) == len(res.stderr) == 10 << 20
-    capped = ssh_host.run(script, timeout=60)
+    capped = ssh_host.run(script, timeout=S06_DEADLINE)
     assert len(capped.stdout) == 1 << 20 and capped.stdout_truncated
 
 
 def test_s06_huge_streams_spill_whole_to_local_files(ssh_host, tmp_path, monkeypatch):
     made = record_capped(monkeypatch)
     spill = tmp_path / "spill"
-    res = ssh_host.run(S06_SCRIPT, timeout=60, max_output=256 << 10, spill_dir=spill)
+    res = ssh_host.run(S06_SCRIPT, timeout=S06_DEADLINE, max_output=256 << 10, spill_dir=spill)
     names = check_s06_spill(res, spill, 256 << 10, made)
     assert sorted(os.listdir(spill)) == sorted(names)
 
@@ -147,7 +153,9 @@ def test_s06_no_spill_for_small_output_and_unwritable_dir_is_not_fatal(ssh_host,
     assert small.spill_error is None and not spill.exists()
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    res = ssh_host.run(S06_SCRIPT, timeout=60, max_output=1 << 16, spill_dir=blocker / "spill")
+    res = ssh_host.run(
+        S06_SCRIPT, timeout=S06_DEADLINE, max_output=1 << 16, spill_dir=blocker / "spill"
+    )
     exp_out, exp_err = s06_expected()
     assert res.rc == 0 and (res.stdout, res.stderr) == (
         exp_out[-(1 << 16) :],
