@@ -260,18 +260,20 @@ def test_a_decompression_bomb_stops_at_its_cap_and_keeps_what_decoded(
 
     from forensics import logsource
 
-    monkeypatch.setattr(logsource, "BOMB_MIN", 8 << 20)
+    # the cap lowered to 2 MiB, a 10 MiB bomb: the proportions of the real 64 MiB cap (a bigger
+    # bomb only parses more lines before the same stop)
+    monkeypatch.setattr(logsource, "BOMB_MIN", 2 << 20)
     line = b"[2025-04-28 10:00:02 TP0] Load weight begin. avail mem=70.00 GB\n"
-    data = zstandard.ZstdCompressor(level=3).compress(line * ((40 << 20) // len(line)))
+    data = zstandard.ZstdCompressor(level=3).compress(line * ((10 << 20) // len(line)))
     f = tmp_path / "bomb.log"
     f.write_bytes(data)
-    assert len(data) * logsource.BOMB_RATIO < 8 << 20  # it is a bomb at these settings
+    assert len(data) * logsource.BOMB_RATIO < 2 << 20  # it is a bomb at these settings
     rc, out, err = run(capsys, "ingest", "--json", str(f), store=tmp_path / "st")
     assert rc in (0, 4), err
     summary = json.loads(out)
     assert "decompression bomb" in err + json.dumps(summary), summary.keys()
     lines = summary["lines_total"]
-    assert 0 < lines * len(line) < 20 << 20  # stopped near the cap, not at 40 MB
+    assert 0 < lines * len(line) < 5 << 20  # stopped near the cap, not at 10 MB
 
 
 @pytest.mark.parametrize("table", ["journal", "launches"])
