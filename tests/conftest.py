@@ -25,6 +25,7 @@ pytest_plugins = [
         "tests.plugins.faultserver",
         "tests.plugins.slurm",
         "tests.plugins.leaks",
+        "tests.plugins.order",
     )
     if importlib.util.find_spec(name) is not None
 ]
