@@ -27,6 +27,9 @@ from tests.plugins.sshd import connection_processes
 from tests.test_shell import SEED
 
 SPEED = 400.0
+# the health wait of a launch that should get ready: a hang guard, not a timing assertion (the
+# launch returns once the server is ready; 20 s failed on a busy machine: S07 recheck)
+READY_DEADLINE = 120
 
 
 def _free_port() -> int:
@@ -79,7 +82,13 @@ def _replay(store, chain, *, port=None, host=None, **kw):
     sim = {"speed": SPEED, "port": port or _free_port(), "python": sys.executable}
     sim.update(kw.pop("sim", {}))
     return launcher.relaunch(
-        store, recipe.name, recipe=recipe, safe_patterns=True, sim=sim, deadline=20, **kw
+        store,
+        recipe.name,
+        recipe=recipe,
+        safe_patterns=True,
+        sim=sim,
+        deadline=READY_DEADLINE,
+        **kw,
     )
 
 
@@ -180,7 +189,7 @@ def test_healthy_replay_follows_stages_then_stop_ends_the_group(store, tmp_path)
     pgid = res["pgid"]
     out = launcher.stop(store, "sglang_eagle3_cg_5dt", grace_s=5)
     assert out["outcome"] in ("terminated", "killed") and out["pgid"] == pgid
-    assert launcher.wait_stopped(LocalHost(), pgid)
+    assert launcher.wait_stopped(LocalHost(), pgid, timeout=60)
     assert launcher.find_launch(store, "5dt")["status"] == "stopped"
 
 
@@ -188,7 +197,10 @@ def test_launch_safe_registers_first_and_uses_pid_file(store, tmp_path):
     recipe = _sim_recipe(tmp_path, "sglang_eagle3_cg_2step")
     port = _free_port()
     res = launcher.launch(
-        store, recipe, sim={"speed": SPEED, "port": port, "python": sys.executable}, deadline=20
+        store,
+        recipe,
+        sim={"speed": SPEED, "port": port, "python": sys.executable},
+        deadline=READY_DEADLINE,
     )
     assert res["status"] == "ready" and res["mode"] == "launch"
     assert (tmp_path / "logs").is_dir()  # launch creates the log directory
@@ -198,10 +210,13 @@ def test_launch_safe_registers_first_and_uses_pid_file(store, tmp_path):
     assert statuses[0] == "registered" and statuses[-1] == "ready"
     # a second launch of the same name stops the first one by its group
     res2 = launcher.launch(
-        store, recipe, sim={"speed": SPEED, "port": port, "python": sys.executable}, deadline=20
+        store,
+        recipe,
+        sim={"speed": SPEED, "port": port, "python": sys.executable},
+        deadline=READY_DEADLINE,
     )
     assert res2["status"] == "ready" and res2["pgid"] != res["pgid"]
-    assert launcher.wait_stopped(LocalHost(), res["pgid"])
+    assert launcher.wait_stopped(LocalHost(), res["pgid"], timeout=60)
 
 
 def test_stop_refuses_a_reused_pid_s16(store):
@@ -269,7 +284,7 @@ def test_seed_replay_over_ssh_is_a_self_kill(ssh_config, store, tmp_path):
         recipe=recipe,
         safe_patterns=True,
         sim={"speed": SPEED, "port": _free_port(), "python": sys.executable},
-        deadline=20,
+        deadline=READY_DEADLINE,
     )
     assert res["host"] == "sshtest"
     assert (res["cause"], res["step"]) == ("cleanup-self-kill", 1)
@@ -330,7 +345,7 @@ def _flapper(tmp_path, name, flaps):
 
 def test_H06_flapping_health_is_ready_only_after_three_200s_in_a_row(store, tmp_path):
     recipe, seen = _flapper(tmp_path, "flap_then_steady", flaps=7)
-    res = launcher.launch(store, recipe, deadline=20)
+    res = launcher.launch(store, recipe, deadline=READY_DEADLINE)
     try:
         assert res["status"] == "ready", res
         counts = json.loads(seen.read_text())
@@ -428,7 +443,8 @@ def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, 
     re-checked from the pid file the supervisor wrote on the host; never assumed failed."""
     recipe = _sim_recipe(tmp_path, "lost_sight")
     sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
-    res = launcher.launch(store, recipe, sim=sim, deadline=20)
+    # the group's end is waited for generously too (a hang guard)
+    res = launcher.launch(store, recipe, sim=sim, deadline=READY_DEADLINE)
     assert res["status"] == "ready"
     row = launcher.find_launch(store, "lost_sight")
     launcher.record(store, {**row, "status": "unknown", "pgid": None, "cause": "connection-lost"})
@@ -442,7 +458,7 @@ def test_S07_recheck_finds_the_group_from_the_pid_file_then_sees_it_gone(store, 
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["status"] == "ready"
     launcher.stop(store, "lost_sight", grace_s=3)
-    assert launcher.wait_stopped(LocalHost(), res["pgid"])
+    assert launcher.wait_stopped(LocalHost(), res["pgid"], timeout=60)
     launcher.record(store, {**row, "status": "unknown", "cause": "connection-lost"})
     gone = launcher.recheck(store, "lost_sight")
     assert gone["status"] == "exited" and "gone" in gone["cause"]
@@ -525,10 +541,12 @@ def test_a_relaunch_reads_only_its_own_lines_of_an_appended_log(store, tmp_path)
     earlier launch of the same name in that file are not this launch's."""
     recipe = _sim_recipe(tmp_path, "twice")
     sim = {"speed": SPEED, "port": _free_port(), "python": sys.executable}
-    first = launcher.launch(store, recipe, sim=sim, deadline=20)
+    first = launcher.launch(store, recipe, sim=sim, deadline=READY_DEADLINE)
     assert first["status"] == "ready" and "ready" in first["stages"]
     launcher.stop(store, "twice", grace_s=3)
-    second = launcher.launch(store, recipe, sim={**sim, "fail": "load-oom"}, deadline=20)
+    second = launcher.launch(
+        store, recipe, sim={**sim, "fail": "load-oom"}, deadline=READY_DEADLINE
+    )
     assert second["status"] == "failed", second
     assert "ready" not in second["stages"] and "load_begin" in second["stages"]
     assert second["phase"] == "load"
