@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -243,7 +244,14 @@ def test_rate_mode_poisson_arrivals(faultserver):
     assert rep.summary["failed"] == 0
     assert 3 <= rep.summary["completed"] <= 80  # ~20 expected; loose, not a timing test
     starts = [r.start_s for r in rep.results]
-    assert starts == sorted(starts) and starts[-1] < 0.6
+    assert starts == sorted(starts)
+    # no arrival past the 0.5 s window: each wait lasts at least its gap, so the requests sent
+    # are at most the seeded arrivals whose gaps sum under 0.5 s (an exact bound; a bound on
+    # start_s measured the machine: 0.67 s was seen at load 19)
+    rng, t, arrivals = random.Random(rep.config.seed), 0.0, 0
+    while (t := t + rng.expovariate(40)) < 0.5:
+        arrivals += 1
+    assert len(rep.results) <= arrivals
 
 
 # --------------------------------------------------------------------------------------
