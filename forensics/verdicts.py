@@ -209,9 +209,14 @@ def label(store: Store, match: str, phase: str) -> list[dict[str, Any]]:
 
 
 def train(store: Store):
-    """``forensics classify train``: fit the model, then store every run's verdict under it."""
+    """``forensics classify train``: fit the model, then store every run's verdict under it.
+
+    The store is checked before the fit: a damaged or read-only store is refused at once
+    (exit 7), not after a minute of training (issue 14, seventh round)."""
     from forensics.classifier import train as fit
 
+    store.manifest()  # StoreDamaged (exit 7) before any work
+    store.require_writable("cannot save the retrained model")
     model = fit(store)
     refresh(store)
     return model
