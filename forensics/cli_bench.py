@@ -17,7 +17,13 @@ from forensics.cli_common import (
     get_store,
     option_rules,
 )
-from forensics.errors import EXIT_INTERRUPTED, DeadlineExceeded, ForensicsError, PartialFailure
+from forensics.errors import (
+    EXIT_INTERRUPTED,
+    DeadlineExceeded,
+    ForensicsError,
+    HostUnreachable,
+    PartialFailure,
+)
 from forensics.urls import redact_url
 
 
@@ -127,7 +133,8 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     Tokens are the server's counts (meta_info / usage), never stream chunks; accept length
     comes from each request's final chunk and from /server_info after a /flush_cache.
 
-    Exit codes: 0 ok; 4 failures above --max-failure-rate or the server died; 6 --deadline
+    Exit codes: 0 ok; 4 failures above --max-failure-rate or the server died; 5 the server
+    never answered (nothing listens there: nothing is stored); 6 --deadline
     passed; 130 interrupted (partial results are stored, marked interrupted). A benchmark in
     which no request completed (a dead port) stores nothing.
     """
@@ -150,6 +157,8 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
     tgt = bench.resolve_bench_target(target, port, lookup, direct=direct)
     rep, cfg = _measure(bench, tgt, kw, quiet=as_json)
     nothing_measured = not rep.summary["completed"] and not rep.interrupted
+    if nothing_measured and not rep.deadline_hit:
+        _refuse_unreachable(bench, rep, tgt.url)
     if nothing_measured:  # a dead port: nothing to store
         store = None
     baseline = None
@@ -175,6 +184,20 @@ def bench_cmd(ctx: click.Context, target: str, run_name: str | None, port: int |
         if warning:
             echo(warning, err=True)
     _exit_for(ctx, bench, rep, cfg, stored=store is not None)
+
+
+def _refuse_unreachable(bench: Any, rep: Any, url: str) -> None:
+    """A server that never answered (every request a connection error: nothing listens, the
+    name does not resolve) is exit 5, a remote failure, before any table: nothing was
+    measured and nothing is stored (issue 14 seventh round: it was exit 4 "stopped answering
+    mid-benchmark" under an empty table)."""
+    failures = list(bench.iter_failures(rep))
+    if not failures or any(reason != "conn_error" for reason, _, _ in failures):
+        return
+    raise HostUnreachable(
+        f"{url}: the server never answered ({failures[0][2]}); nothing measured, nothing stored",
+        hint=f"check that it is up (curl {url}/health), or start one: forensics launch",
+    )
 
 
 def _config_options(kw: dict[str, Any]) -> dict[str, Any]:

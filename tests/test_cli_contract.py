@@ -138,8 +138,11 @@ def test_bench_against_a_dead_port_stores_nothing(tmp_path):
     res = CliRunner().invoke(
         cli, ["--store", str(store), "bench", f"http://127.0.0.1:{port}", "--num-prompts", "2"]
     )
-    assert res.exit_code == 4, res.output
-    assert "not stored: no request completed" in res.output
+    # issue 14 seventh round (CLI contract): a server that never answered is exit 5 (remote
+    # failure), one Error: line and no empty table; it was exit 4 "stopped answering"
+    assert res.exit_code == 5, res.output
+    assert "never answered" in res.output and "nothing stored" in res.output
+    assert "TTFT" not in res.output
     from forensics.store import Store
 
     assert Store.open(store).table("bench").is_empty()
