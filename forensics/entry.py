@@ -140,10 +140,31 @@ def _interrupt_once(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        _utf8_mode()
     try:
         _main(argv)
     finally:
         _skip_exit_collections()
+
+
+def _utf8_mode() -> None:
+    """Python in the C locale with its UTF-8 mode turned off (``LC_ALL=C PYTHONUTF8=0``), or in
+    a locale of another encoding, decodes file names and arguments with that encoding: a log
+    named ``été.log`` reached forensics as surrogates the store cannot hold (ingest skipped it
+    as "not valid UTF-8"). Such a process runs itself again at once in UTF-8 mode (``-X utf8``,
+    the same arguments as bytes, nothing done yet), so names are UTF-8 text in every locale
+    (issue 14, seventh round). A name that is not UTF-8 still reaches forensics as surrogates
+    and is refused where the store would hold it."""
+    import sys
+
+    if sys.flags.utf8_mode or sys.getfilesystemencoding().lower() in ("utf-8", "utf8"):
+        return
+    if not getattr(sys, "orig_argv", None) or os.environ.get("FORENSICS_UTF8_REEXEC"):
+        return  # never twice (an interpreter that ignores -X utf8)
+    os.environ["FORENSICS_UTF8_REEXEC"] = "1"
+    os.environ.pop("PYTHONUTF8", None)
+    os.execv(sys.executable, [sys.executable, "-X", "utf8", *sys.orig_argv[1:]])
 
 
 def _skip_exit_collections() -> None:
