@@ -279,7 +279,10 @@ class RunIndex:
         return self._once("target", lambda: resolve_run(self.store, self.run))
 
     def decode(self) -> pl.DataFrame:
-        return self._once("decode", lambda: self.store.table("decode"))
+        from forensics.bench.storage import LOG_ACCEPT_COLUMNS
+
+        cols = list(LOG_ACCEPT_COLUMNS)
+        return self._once("decode", lambda: self.store.columns("decode", cols))
 
 
 def ingest_results(

@@ -121,11 +121,10 @@ def _fallback_diagnosis(store: Store, row: dict[str, Any], err: str | None) -> d
     import polars as pl
 
     evidence: list[str] = []
-    lines = store.table("lines")
+    where = pl.col("run_index") == row["run_index"]  # this run's lines only, part by part
+    lines = store.source_rows("lines", row["source_id"], where=where)
     if not lines.is_empty():
-        sub = lines.filter(
-            (pl.col("source_id") == row["source_id"]) & (pl.col("run_index") == row["run_index"])
-        ).sort("line")
+        sub = lines.sort("line")
         for r in sub.tail(6).iter_rows(named=True):
             evidence.append(f"line {r['line']}: {r['text']}")
     phase = row.get("died_in") or "unknown"

@@ -164,8 +164,11 @@ def base_runs(store: Store) -> pl.DataFrame:
     )
 
 
+RUN_KEY = ("source_id", "run_index")  # a run's key in every table but runs' own run_id
+
+
 def _timings(store: Store) -> pl.DataFrame:
-    ev = store.table("events")
+    ev = store.columns("events", [*RUN_KEY, "stage", "scope", "ts", "elapsed_s"])
     if ev.is_empty():
         return pl.DataFrame(
             schema={
@@ -234,7 +237,8 @@ def _timings(store: Store) -> pl.DataFrame:
 def _decode_stats(store: Store) -> pl.DataFrame:
     """Per run: decode line count, median gen throughput, mean accept, and ``dec_streams``:
     1 when some line shows one request alone, else the median ``#running-req``."""
-    dec = store.table("decode")
+    cols = [*RUN_KEY, "gen_throughput", "accept_len", "accept_rate", "running_req"]
+    dec = store.columns("decode", cols)
     if dec.is_empty():
         return pl.DataFrame(
             schema={

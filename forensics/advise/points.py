@@ -46,8 +46,8 @@ def _single_stream_stats(store: Store) -> pl.DataFrame:
     """Per run: tok/s and accept length from single-stream decode lines (all lines if none)."""
     import polars as pl
 
-    dec = store.table("decode")
     key = ["source_id", "run_index"]
+    dec = store.columns("decode", [*key, "gen_throughput", "accept_len", "running_req"])
     schema = {
         "source_id": pl.String,
         "run_index": pl.Int32,

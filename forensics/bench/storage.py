@@ -138,6 +138,9 @@ def accept_len_from_log(store: Store, rep: BenchReport) -> None:
     )
 
 
+LOG_ACCEPT_COLUMNS = ("source_id", "run_index", "ts", "accept_len")  # what log_accept_len reads
+
+
 def log_accept_len(
     store: Store, run_id: str, started_at: dt.datetime, duration_s: float, decode: Any = None
 ) -> tuple[float | None, int | None]:
@@ -147,16 +150,17 @@ def log_accept_len(
     import polars as pl
 
     sid, _, idx = run_id.rpartition(":")
-    dec = store.table("decode") if decode is None else decode
-    if dec.is_empty() or not sid:
+    if not sid:
+        return None, None
+    this_run = (pl.col("source_id") == sid) & (pl.col("run_index") == int(idx))
+    # else this run's rows only, four columns, part by part (never the decode table whole)
+    dec = decode if decode is not None else store.columns("decode", [*LOG_ACCEPT_COLUMNS], this_run)
+    if dec.is_empty():
         return None, None
     t0 = started_at.replace(microsecond=0)
     t1 = started_at + dt.timedelta(seconds=duration_s + 1)
     win = dec.filter(
-        (pl.col("source_id") == sid)
-        & (pl.col("run_index") == int(idx))
-        & pl.col("ts").is_between(t0, t1)
-        & pl.col("accept_len").is_not_null()
+        this_run & pl.col("ts").is_between(t0, t1) & pl.col("accept_len").is_not_null()
     )
     if win.is_empty():
         return None, None

@@ -27,11 +27,9 @@ def plot_decode(
     if not run:
         raise UsageError("plot decode needs a run", hint="forensics plot decode RUN")
     row = row if row is not None else find_run(store, run, classify=False)
-    dec = store.table("decode")
-    if not dec.is_empty():
-        dec = dec.filter(
-            (pl.col("source_id") == row["source_id"]) & (pl.col("run_index") == row["run_index"])
-        )
+    # this run's rows only, read part by part (never the decode table whole)
+    where = pl.col("run_index") == row["run_index"]
+    dec = store.source_rows("decode", row["source_id"], where=where)
     if dec.is_empty() or dec["ts"].null_count() == len(dec):
         raise RunNotFound(
             f"{row['name']}: no Decode batch lines (the server never decoded, or the log has "
