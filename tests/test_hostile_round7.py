@@ -1,0 +1,135 @@
+"""Issue 14, seventh round: a fresh probe of every output, store damage, hostile input, HTTP
+fault and CLI contract case (docs/bad-inputs.md, "Seventh round"). Each test cites its class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import cli
+from tests.conftest import FIXTURES
+
+
+def forensics(tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 120):
+    """The real CLI in its own process, with a store of its own under tmp_path."""
+    full = {**os.environ, "FORENSICS_HOME": str(tmp_path / "home"), **(env or {})}
+    full.pop("FORENSICS_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "forensics", *argv],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_error_line(p: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------ data loss: a damaged store
+
+
+def test_classify_train_refuses_a_damaged_store_before_training(tmp_path, monkeypatch):
+    """Data loss and damage: `classify train` on a store whose manifest is gone trained for
+    20-30 s, then exit 7 at the save. The store is checked first: no fit at all."""
+    home = tmp_path / "st"
+    res = CliRunner().invoke(cli, ["--store", str(home), "ingest", str(FIXTURES / "empty.log")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        cli, ["--store", str(home), "ingest", str(FIXTURES / "sglang_baseline.log")]
+    )
+    assert res.exit_code == 0, res.output
+    (home / "manifest.json").unlink()
+    before = sorted(p.name for p in home.rglob("*"))
+    import forensics.classifier as classifier
+
+    fitted = []
+    monkeypatch.setattr(classifier, "train", lambda *a, **k: fitted.append(1))
+    res = CliRunner().invoke(cli, ["--store", str(home), "classify", "train"])
+    assert res.exit_code == 7, res.output
+    assert "damaged store" in res.output and "store repair" in res.output
+    assert fitted == []
+    assert sorted(p.name for p in home.rglob("*")) == before
+
+
+# ------------------------------------------------------------ CLI contract: bench, dead port
+
+
+def test_bench_of_a_port_where_nothing_listens_is_exit_5_with_empty_stdout(tmp_path):
+    """CLI contract (dead-port bench): exit 5 (a remote that never answered), one Error:
+    line, and with --json nothing on stdout; nothing stored."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = forensics(tmp_path, "bench", f"http://127.0.0.1:{port}", "--json", "--deadline", "30")
+    assert p.returncode == 5, p.stdout + p.stderr
+    one_error_line(p, "never answered", "nothing stored")
+    assert p.stdout == ""
+    assert not (tmp_path / "home" / "tables" / "bench").exists()
+
+
+# ------------------------------------------------------------ CLI contract: LC_ALL=C
+
+
+@pytest.mark.parametrize("argv", [["ingest"], ["classify", "--json"], ["diagnose", "x", "--log"]])
+def test_a_utf8_file_name_in_the_c_locale_without_utf8_mode(tmp_path, argv):
+    """CLI contract (LC_ALL=C with UTF-8 names): Python decoded `été.log` as ASCII
+    surrogates; ingest skipped it "name not valid UTF-8". forensics re-runs itself in
+    UTF-8 mode, so the name is text and stored as typed."""
+    log = tmp_path / "été.log"
+    shutil.copy(FIXTURES / "sglang_fail_capture.log", log)
+    env = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    p = forensics(tmp_path, *argv, str(log), env=env)
+    assert p.returncode == 0, p.stderr
+    assert "not valid UTF-8" not in p.stderr
+    if argv == ["ingest"]:
+        runs = forensics(tmp_path, "runs", "--json", env=env)
+        assert runs.returncode == 0, runs.stderr
+        assert [r["path"] for r in json.loads(runs.stdout)] == [str(log)]
+
+
+# ------------------------------------------------------------ bounded: reads of a big store
+
+
+def test_runs_and_advise_never_read_decode_or_events_whole(tmp_path, monkeypatch):
+    """Bounded everything (memory of `runs`/`advise` on a store of many runs): the runs
+    table's timings and decode figures, advise's points and plot decode read only the
+    columns (and rows) they use, part by part (Store.columns): on 10,000 runs with 1.8 M
+    decode rows `runs --json` peaked at 675 MB holding the decode table whole (356 MB now)."""
+    from forensics import runs
+    from forensics.advise.points import run_points
+    from forensics.ingest import ingest
+    from forensics.store import Store
+
+    st = Store.open(tmp_path / "st")
+    ingest(st, [str(FIXTURES / n) for n in ("sglang_baseline.log", "sglang_eagle3_cg_5dt.log")])
+    want = runs.runs_table(Store.open(tmp_path / "st"))
+    st = Store.open(tmp_path / "st")
+    real = st.table
+
+    def table(name):
+        assert name not in ("decode", "events", "lines"), f"{name} read whole"
+        return real(name)
+
+    monkeypatch.setattr(st, "table", table)
+    got = runs.runs_table(st)
+    assert got.equals(want)
+    assert run_points(st).height == got.height
+    assert got["decode_lines"].sum() > 0
