@@ -39,7 +39,7 @@ from forensics.store import (
     _crashed_part,
     safe_part_name,
 )
-from forensics.store.manifest import _read_manifest
+from forensics.store.manifest import _read_manifest, part_path
 
 # what check can find -> (is it damage?, what repair does about it)
 FINDINGS: dict[str, tuple[bool, str]] = {
@@ -133,7 +133,7 @@ def check(store: Store) -> CheckReport:
                     rep.add("listed_missing", str(f))
                 else:
                     try:
-                        pl.read_parquet_schema(f)
+                        pl.read_parquet_schema(part_path(f))  # a FIFO would block the read
                     except Exception as exc:  # noqa: BLE001 - any unreadable part is a finding
                         rep.add("unreadable", f"{f} ({str(exc).splitlines()[0][:120]})")
     if tables_dir.is_symlink():

@@ -133,3 +133,34 @@ def test_runs_and_advise_never_read_decode_or_events_whole(tmp_path, monkeypatch
     assert got.equals(want)
     assert run_points(st).height == got.height
     assert got["decode_lines"].sum() > 0
+
+
+# ------------------------------------------------------------ data loss: a part not a file
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_part_replaced_by_a_fifo_or_socket_is_set_aside_never_read(tmp_path, kind, monkeypatch):
+    """Data loss and damage (parts not regular files): a FIFO in a part's place hung every
+    command forever (polars blocked in its read; SIGTERM never reached Python). Every read of
+    a part goes through store.manifest.part_path: quarantined like a corrupt part, kept."""
+    p = forensics(tmp_path, "ingest", str(FIXTURES / "sglang_baseline.log"))
+    assert p.returncode == 0, p.stderr
+    part = sorted((tmp_path / "home" / "tables" / "decode").glob("*.parquet"))[0]
+    part.unlink()
+    if kind == "fifo":
+        os.mkfifo(part)
+    else:
+        monkeypatch.chdir(part.parent)  # a socket's path is at most 107 bytes
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(part.name)
+    check = forensics(tmp_path, "store", "check", timeout=60)
+    assert check.returncode == 7 and part.name in check.stdout + check.stderr
+    p = forensics(tmp_path, "runs", "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "not a parquet file" in p.stderr and "quarantined" in p.stderr
+    aside = list(part.parent.glob(part.name + ".corrupt-*"))
+    assert len(aside) == 1 and not aside[0].is_file()  # kept as it was, renamed
+    p = forensics(tmp_path, "ingest", str(FIXTURES / "sglang_baseline.log"), timeout=60)
+    assert p.returncode == 0, p.stderr
+    runs = json.loads(forensics(tmp_path, "runs", "--json").stdout)
+    assert len(runs) == 1 and runs[0]["decode_lines"] > 0

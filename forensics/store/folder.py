@@ -20,6 +20,7 @@ from forensics.store.manifest import (
     Manifest,
     StoreDamaged,
     _crashed_part,
+    part_path,
     safe_part_name,
 )
 from forensics.store.transaction import Transaction, _write_error
@@ -273,12 +274,9 @@ class Store:
         frames = []
         for p in parts:
             try:
-                if p.is_symlink():
-                    raise StoreError(f"{p}: the part is a symlink (refused)")
                 # a part of another table's schema (swapped, copied) is corrupt here
-                frames.append(
-                    conform(name, pl.read_parquet(p)) if name in TABLES else pl.read_parquet(p)
-                )
+                df = pl.read_parquet(part_path(p))
+                frames.append(conform(name, df) if name in TABLES else df)
             except FileNotFoundError as exc:
                 if self._lock_depth:
                     raise StoreError(
@@ -373,9 +371,9 @@ class Store:
         if not parts:  # no rows yet: the summary of none, over the declared columns
             return pick(_empty(name).lazy()).collect()
         try:
-            if tdir.is_symlink() or any(p.is_symlink() for p in parts):
-                raise StoreError(f"{tdir}: a symlink among the parts")
-            pieces = [pick(pl.scan_parquet(p)).collect() for p in parts]
+            if tdir.is_symlink():
+                raise StoreError(f"{tdir}: the table folder is a symlink")
+            pieces = [pick(pl.scan_parquet(part_path(p))).collect() for p in parts]
         except Exception:  # a damaged part: the whole read refuses or quarantines it
             return pick(self.table(name).lazy()).collect()
         return reduce(pl.concat(pieces, how="diagonal_relaxed").lazy()).collect()

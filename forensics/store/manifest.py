@@ -76,6 +76,23 @@ def _read_manifest(path: Path) -> bytes:
     return data
 
 
+def part_path(path: Path) -> Path:
+    """``path`` if it may be read as a store part: a regular file. A symlink, FIFO, device or
+    socket in a part's place is a StoreError naming it (readers quarantine it, a write stops):
+    a FIFO part hung every command forever, polars blocked in a read no signal reaches
+    (issue 14, seventh round). A missing part raises FileNotFoundError, as before."""
+    import os
+    import stat
+
+    from forensics.hosts.base import KIND_TEXT, file_kind
+
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        what = KIND_TEXT.get(file_kind(mode), "not a regular file")
+        raise StoreError(f"{path}: the part is {what}, not a parquet file (refused)")
+    return path
+
+
 def os_errno(exc: OSError) -> str:
     import errno
 

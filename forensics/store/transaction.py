@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import StoreError
-from forensics.store.manifest import MANIFEST, SHARED, Manifest
+from forensics.store.manifest import MANIFEST, SHARED, Manifest, part_path
 
 if TYPE_CHECKING:
     import polars as pl
@@ -421,7 +421,7 @@ def _read_part(path: Path) -> pl.DataFrame:
     import polars as pl
 
     try:
-        return pl.read_parquet(path)
+        return pl.read_parquet(part_path(path))
     except Exception as exc:  # noqa: BLE001 - corrupt or missing: a store error, exit 7
         raise StoreError(
             f"{path}: corrupt or missing store part ({str(exc).splitlines()[0][:200]})",
