@@ -53,13 +53,22 @@ COMMANDS = {
 GOALS = {"runs --json": 1.0, "diagnose NAME": 1.0, "advise": 2.0, "report": 20.0}
 
 
-def _template(tmp: Path):
+def _template(tmp: Path, decode_copies: int = 1):
+    """The fixtures' stored rows; ``decode_copies``: each decode line repeated, a second
+    apart (long runs: the memory of the reading commands over a big decode table)."""
+    import polars as pl
+
     from forensics.ingest import ingest
     from forensics.store import Store
 
     st = Store.open(tmp / "template")
     ingest(st, [str(FIXTURES / n) for n in TEMPLATE_LOGS])
     tables = {t: st.table(t) for t in (*TABLES, "verdicts")}
+    dec = tables["decode"]
+    shifted = [
+        dec.with_columns(pl.col("ts") + pl.duration(seconds=i)) for i in range(decode_copies)
+    ]
+    tables["decode"] = pl.concat(shifted)
     return tables, st.sources()
 
 
@@ -150,15 +159,17 @@ def main() -> None:
     ap.add_argument("--sizes", default="10,100,1000,10000", help="runs per store")
     ap.add_argument("--repeat", type=int, default=2, help="best of N runs per command")
     ap.add_argument("--skip-report-over", type=int, default=10**9, help="no report above N")
+    ap.add_argument("--decode-copies", type=int, default=1, help="each decode line N times")
+    ap.add_argument("--keep", type=Path, help="make the largest store here and keep it")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     OUT.mkdir(exist_ok=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="forensics-scale-") as tmpd:
         tmp = Path(tmpd)
-        template = _template(tmp)
+        template = _template(tmp, a.decode_copies)
         for n in sizes:
-            root = tmp / f"store{n}"
+            root = a.keep if a.keep and n == max(sizes) else tmp / f"store{n}"
             t0 = time.perf_counter()
             fail = make_store(root, n, template)
             made = time.perf_counter() - t0
