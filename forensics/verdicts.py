@@ -50,6 +50,7 @@ def refresh(
     key cleared in the same commit as the verdicts (ingest's pending-verdicts marker)."""
     from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
     from forensics.classifier.labels import _labels_for
+    from forensics.classifier.stored import batch_tables
     from forensics.runs import run_keys
 
     runs = run_keys(store, source_ids)
@@ -67,9 +68,9 @@ def refresh(
         # launches), and each run's rows are read once, not once per run of its log
         for batch in runs.iter_slices(VERDICT_BATCH):
             rows = []
+            read = batch_tables(store, batch["run_id"].to_list())  # one read per batch
             for (sid,), one in batch.group_by("source_id", maintain_order=True):
-                rix = one["run_index"]
-                tables = _tables_of(store, str(sid), (int(rix.min()), int(rix.max())), len(runs))
+                tables = _per_run(read.get(str(sid)))
                 known = (sources.get(sid, {}), labels.get(sid, {}))
                 for rid, ri in one.select("run_id", "run_index").iter_rows():
                     v = classify_stored(store, sid, int(ri), model, tables.get(ri), known)
@@ -100,13 +101,12 @@ def warm() -> None:
         pass
 
 
-def _tables_of(store: Store, sid: str, runs: tuple[int, int], total: int) -> dict[int, Any]:
-    """The analysis tables of each run of ``runs`` (first, last) of source ``sid``, split by
-    run; a store of fewer runs than a batch is read as a whole (the store caches it)."""
+def _per_run(tables: dict[str, pl.DataFrame] | None) -> dict[int, Any]:
+    """A log's analysis tables (classifier.batch_tables) split by run."""
     from forensics.classifier.analysis import RunRows
-    from forensics.classifier.stored import _store_tables
 
-    tables = _store_tables(store, sid, runs if total > VERDICT_BATCH else None)
+    if not tables:
+        return {}
     per_run: dict[int, dict[str, pl.DataFrame]] = {}
     for name, df in tables.items():
         if df.is_empty() or "run_index" not in df.columns:

@@ -27,12 +27,35 @@ def _store_tables(
     read part by part, uncached (a log of 100,000 launches: verdicts.refresh, a batch at a
     time); else of every run, the store splitting each table once."""
     where = pl.col("run_index").is_between(*runs) if runs is not None else None
-    out = {"runs": store.source_rows("runs", source_id, where=where)}
-    for name, reduce in HEAD_TAIL_REDUCES.items():  # events, errors, lines: head and tail
-        out[name] = store.source_rows(name, source_id, reduce=reduce, where=where)
-    for name in ("decode", "prefill"):  # counts per run and rank: never the table whole
-        out[name] = store.source_rows(name, source_id, reduce=metrics_reduce, where=where)
-    return _bounded(out)
+    return _bounded(
+        {
+            name: store.source_rows(name, source_id, reduce=reduce, where=where)
+            for name, reduce in TABLE_READS
+        }
+    )
+
+
+# what the analysis reads of each table: the runs rows whole; events, errors, lines: head and
+# tail per run; decode, prefill: counts per run and rank (never a table whole)
+TABLE_READS = (("runs", None), *HEAD_TAIL_REDUCES.items())
+TABLE_READS += (("decode", metrics_reduce), ("prefill", metrics_reduce))
+
+
+def batch_tables(store, run_ids: list[str]) -> dict[str, dict[str, pl.DataFrame]]:
+    """Per source id, what the analysis reads of the runs ``run_ids`` ("source:index", runs
+    of many logs): one read of each table, part by part, for the whole batch
+    (verdicts.refresh). A read per log scanned every part once per log: 10,000 small files
+    were quadratic (issue 14, seventh round). Each log's tables as _store_tables gives them."""
+    keep = (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).is_in(run_ids)
+    tables = {name: store.reduced(name, reduce, where=keep) for name, reduce in TABLE_READS}
+    per_source: dict[str, dict[str, pl.DataFrame]] = {}
+    for name, df in tables.items():
+        if df.is_empty():
+            continue
+        for (sid,), part in df.partition_by("source_id", as_dict=True).items():
+            per_source.setdefault(str(sid), {})[name] = part
+    empty = {name: df.clear() for name, df in tables.items()}
+    return {sid: _bounded({**empty, **t}) for sid, t in per_source.items()}
 
 
 def analyze_stored(

@@ -342,9 +342,15 @@ class Store:
         decode table whole, 400 MB; issue 14 seventh round)."""
         return self._reduced(name, lambda lf: lf.select(cols), where=where)
 
-    def reduced(self, name: str, reduce: Callable[[pl.LazyFrame], pl.LazyFrame]) -> pl.DataFrame:
-        """A summary of a whole table, computed part by part (see source_rows)."""
-        return self._reduced(name, reduce)
+    def reduced(
+        self,
+        name: str,
+        reduce: Callable[[pl.LazyFrame], pl.LazyFrame] | None,
+        where: pl.Expr | None = None,
+    ) -> pl.DataFrame:
+        """A summary of a whole table (of the rows ``where`` keeps), computed part by part
+        (see source_rows); ``reduce`` None: the rows themselves."""
+        return self._reduced(name, reduce or _same, where=where)
 
     def _reduced(
         self,
