@@ -164,3 +164,41 @@ def test_a_part_replaced_by_a_fifo_or_socket_is_set_aside_never_read(tmp_path, k
     assert p.returncode == 0, p.stderr
     runs = json.loads(forensics(tmp_path, "runs", "--json").stdout)
     assert len(runs) == 1 and runs[0]["decode_lines"] > 0
+
+
+# ------------------------------------------------------------ bounded: many small files
+
+
+def test_verdicts_of_many_logs_read_each_table_once_per_batch(tmp_path, monkeypatch):
+    """Bounded everything (10,000 small files): with more runs than a verdict batch, each log's
+    rows were read by a scan of every part of every table, once per log (quadratic: ingest of
+    10,000 small files had not finished its verdict step after 28 min). One read per table and
+    batch now (classifier.stored.batch_tables), with the same verdicts."""
+    import polars as pl
+
+    from forensics import verdicts
+    from forensics.ingest import ingest
+    from forensics.store import Store
+
+    logs = []
+    for i in range(6):
+        p = tmp_path / f"r{i}.log"
+        p.write_bytes((FIXTURES / "sglang_fail_capture.log").read_bytes() + f"# {i}\n".encode())
+        logs.append(str(p))
+    st = Store.open(tmp_path / "st")
+    ingest(st, logs)
+    one_batch = st.table("verdicts").sort("run_id")
+    monkeypatch.setattr(verdicts, "VERDICT_BATCH", 2)
+    st = Store.open(tmp_path / "st")
+    reads = []
+    real = st._reduced
+    monkeypatch.setattr(
+        st, "_reduced", lambda name, *a, **k: reads.append(name) or real(name, *a, **k)
+    )
+    assert verdicts.refresh(st) == 6
+    per_table = {name: reads.count(name) for name in set(reads)}
+    assert per_table["decode"] == 3 and per_table["lines"] == 3, per_table  # 3 batches
+    got = st.table("verdicts").sort("run_id")
+    cols = ["run_id", "phase", "hung", "signature", "confidence", "verdict"]
+    assert got.select(cols).equals(one_batch.select(cols))
+    assert isinstance(got, pl.DataFrame) and got.height == 6
