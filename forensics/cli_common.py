@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from forensics.terminal import visible
-from forensics.urls import redact_url
+from forensics.urls import shown_text
 
 if TYPE_CHECKING:
     import polars as pl
@@ -253,7 +253,7 @@ def json_text(data: Any, *, rounded: bool = False) -> str:
         text = json.dumps(ready, default=json_default, indent=2, ensure_ascii=False)
     if not writes_unicode(sys.stdout):  # `\u00b7`, not `?`: JSON that says what the data is
         text = re.sub(r"[^\x00-\x7f]", _json_escape, text)
-    return redact_url(text)  # an output boundary: no URL password is ever printed
+    return shown_text(text)  # an output boundary: no secret is ever printed
 
 
 def writes_unicode(stream: Any) -> bool:
@@ -288,7 +288,7 @@ def echo(message: Any = "", *, err: bool = False, nl: bool = True, wrap: bool = 
     ``--json`` and ``--csv`` go through echo_json / emit_frame instead: exact values."""
     from forensics.terminal import prose_width, visible, wrapped
 
-    text = visible(str(message), lines=True)
+    text = visible(shown_text(str(message)), lines=True)
     width = prose_width(sys.stderr if err else sys.stdout) if wrap else None
     click.echo(wrapped(text, width) if width else text, err=err, nl=nl)
 
@@ -339,7 +339,7 @@ def emit_frame(
         _echo_json_rows(df)
     elif fmt == "csv":
         # exact values: color=True, or click strips an ESC sequence out of a name when piped
-        click.echo(redact_url(df.write_csv()), nl=False, color=True)  # (`>&-`: nothing)
+        click.echo(shown_text(df.write_csv()), nl=False, color=True)  # (`>&-`: nothing)
     else:
         print_table(df.head(TABLE_ROWS_MAX), title=title, keep=keep)
         if df.height > TABLE_ROWS_MAX:
@@ -376,7 +376,7 @@ def fmt_cell(value: Any) -> str:
         return f"{value:.2f}"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return visible(redact_url(str(value)))
+    return visible(shown_text(str(value)))
 
 
 def print_table(df: pl.DataFrame, *, title: str | None = None, keep: tuple[str, ...] = ()) -> None:

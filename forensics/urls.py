@@ -50,4 +50,13 @@ def redact_url(text: str) -> str:
     return text
 
 
-__all__ = ["MASK", "URL_SECRETS", "redact_url"]
+def shown_text(text: str) -> str:
+    """``text`` as every output boundary prints it (a `--json` document, a CSV, a table cell, a
+    message): the parser's one redaction on each line that may hold a secret (a file or run
+    name such as `…api_key=X.log` is shown redacted), then URL passwords hidden."""
+    from forensics_parsers.secrets import redact_text
+
+    return redact_url(redact_text(text))
+
+
+__all__ = ["MASK", "URL_SECRETS", "redact_url", "shown_text"]

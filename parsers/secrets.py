@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # polars only for ``redact_lines``: the rest runs on a bare python3 (a
     import polars as pl  # launch's host runs this module's source: launcher/scrub.py)
@@ -21,11 +21,13 @@ MARK = "«redacted:"
 # Keys whose values are secrets, in `server_args` (repr `api_key='x'` or dict `'api_key': 'x'`),
 # environment dumps (`HF_TOKEN=x`) and headers (`Authorization: x`).
 SECRET_KEY = (
+    # (a tokenizer's special tokens, `mask_token=<|MASK|>`, `eos_token`, are not credentials)
+    r"(?!(?:bos|eos|pad|unk|mask|sep|cls|additional_special)_token\b)"
     r"(?:[A-Za-z_]*api[_-]?key|[A-Za-z_]*_token|hf_token|hugging_?face_hub_token|"
     r"[A-Za-z_]*password[A-Za-z_]*|[A-Za-z_]*passwd|[A-Za-z]\w*_pwd|[A-Za-z_]*secret[A-Za-z_]*|"
     r"[A-Za-z_]*passphrase|"
     r"authorization|proxy-authorization|cookie|x-api-key|x-[a-z-]*(?:auth|access|session)-token|"
-    r"access_key(?:_id)?)"
+    r"access_key(?:_id)?|[A-Za-z_]*private_key)"
 )
 SECRET_KEYS = re.compile(r"(?i)^" + SECRET_KEY + r"$")
 # the same keys as command-line flags (`--api-key`, `--ssl-keyfile-password`, `--hf-token`)
@@ -49,21 +51,73 @@ SECRET_OPTIONS: tuple[tuple[str, str, str], ...] = (
         r"htpasswd",
         r"-[a-zA-Z]*b[a-zA-Z]*\s+(?:-\S+\s+)*\S+\s+\S+\s+",
     ),  # -b FILE USER PASSWORD
+    # seventh round (issue 14): archivers, BMCs, Java key stores, database and broker clients
+    ("mongo", r"mongo\w*", r"-p\s+"),
+    ("zip", r"zip|unzip|zipcloak|zipsplit", r"-P\s*"),
+    ("7z", r"7z[ar]?|7za|7zr|rar|unrar", r"-p(?=[^\s-])"),  # glued only, as 7z reads it
+    ("ipmitool", r"ipmitool", r"-P\s*"),
+    ("keytool", r"keytool|jarsigner", r"-(?:src|dest)?(?:store|key)pass\s+(?:(?:env|file):)?"),
+    ("mssql", r"sqlcmd|bcp|osql|isql", r"-P\s*"),
+    ("lftp", r"lftp", r"-u\s+['\"]?[^\s,'\"]*,"),
+    ("rdp", r"xfreerdp|wlfreerdp", r"[/-]p:"),
+    ("rdesktop", r"rdesktop", r"-p\s*"),
+    ("mosquitto", r"mosquitto_(?:pub|sub|rr)", r"-P\s+"),
+    ("cqlsh", r"cqlsh", r"-p\s+"),
+    ("influx", r"influx", r"-password\s+"),
+    ("rabbitmq", r"rabbitmqadmin", r"-p\s+"),
 )
+# The programs of SECRET_OPTIONS, one alternation (the sieve and HINT read the same table)
+OPTION_PROGRAMS = "|".join(programs for _, programs, _ in SECRET_OPTIONS)
 _OPTION_VALUE = r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\";&|]+)"
 # an Authorization header's scheme word: the credential is what follows it
 AUTH_SCHEME = r"(?:Bearer|Basic|Token|Digest)"
+
+# What follows a secret key but is no secret (issue 14, seventh round: a false positive mangles
+# the text it is in, `/etc/passwd: no runs` became `«redacted»`): None, booleans, empty quotes,
+# words that say a value is absent or that carry on a sentence (`password: not set`,
+# `passwd: no such user`), a reference to a variable (`password=$DB_PASS`), a tokenizer's
+# special token (`<|MASK|>`, `</s>`), a placeholder (`***`, `<redacted>`).
+NOT_A_VALUE = (
+    r"None|True|False|null|nil|''|\"\"|no|not|none|yes|is|are|was|were|be|been|the|an?|of|for|"
+    r"to|in|on|at|with|from|by|and|or|if|set|unset|empty|missing|required|invalid|provided|"
+    r"given|needed|hidden|found|changed|expired|incorrect|wrong|must|should|will|can|"
+    r"\$\{?[A-Za-z_]\w*\}?|<[^\s<>]*>|\*+"
+)
+_NOT_A_VALUE = r"(?!\s*['\"]?(?:" + NOT_A_VALUE + r")['\"]?(?:[\s,;.)}\]]|$))"
+# a credential-shaped word (for the forms with only a space between key and value, `KEY value`
+# of an environment dump): 8 or more characters of a token's alphabet, letters and digits both
+_CREDENTIAL = r"(?=[^\s,;]*\d)(?=[^\s,;]*[A-Za-z])[A-Za-z0-9_\-./+=~:]{8,}(?![^\s,;)\]}])"
 
 # (name, pattern): the whole match, or its group `v` when it has one, is the secret.
 RULES: list[tuple[str, str]] = [
     # key=value / key: value with a secret key; None, '' and booleans are not secrets
     (
         "secret_key_value",
-        r"(?i)(?<![\w-])(?P<q>['\"]?)"
+        # (a key right after `/` is a path's last name: `…/api_key=X.log` is a key, but
+        # `/etc/passwd: no such file` a message's separator: only `=` follows it there)
+        r"(?i)(?:(?<=/)(?P<path>)|(?<![\w/-]))(?P<q>['\"]?)"
         + SECRET_KEY
-        + r"(?P=q)\s*(?:=(?!=)|:)\s*(?!\s*(?:None|True|False|null|''|\"\")(?:[\s,)}\]]|$))"
+        + r"(?P=q)\s*(?(path)=(?!=)|(?:=(?!=)|:))\s*"
+        + _NOT_A_VALUE
         # (a value in escaped quotes, `key=\'x\'`, is read by the escaped forms: ESCAPES)
-        r"(?!\\['\"])(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:" + AUTH_SCHEME + r"\s+)?[^\s,)}\]'\"]+)",
+        + r"(?!\\['\"])(?P<v>'[^'\n]*'|\"[^\"\n]*\"|(?:"
+        + AUTH_SCHEME
+        + r"\s+)?[^\s,)}\]'\"]+)",
+    ),
+    # a bare `token` key (`token=X`, `"token": "X"`, `TOKEN: X`): not a count (`#token: 90`,
+    # `token=128`) nor a word of a sentence
+    (
+        "bare_token",
+        r"(?i)(?<![\w#/.-])(?P<q>['\"]?)token(?P=q)\s*(?:=(?!=)|:)\s*"
+        + _NOT_A_VALUE
+        + r"(?!\s*['\"]?\d+(?:\.\d+)?['\"]?(?:[\s,;)}\]]|$))(?!\\['\"])"
+        r"(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s,)}\]'\"]+)",
+    ),
+    # an environment dump's `KEY value` (a space only): a secret key (or `token`) followed by a
+    # credential-shaped word (`WANDB_API_KEY 0a1b…`; `HF_TOKEN to enable` is a sentence)
+    (
+        "secret_key_space",
+        r"(?i)(?<![\w/#.-])(?:" + SECRET_KEY + r"|token)[ \t]+(?P<v>" + _CREDENTIAL + r")",
     ),
     # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
     (
@@ -73,7 +127,8 @@ RULES: list[tuple[str, str]] = [
         + r"(?:=|\s+)(?!-)(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
     ),
     # Hugging Face tokens of any length (`hf_transfer`, `hf_quant_config` are not tokens)
-    ("hf_token", r"(?<![\w-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])"),
+    # (after `_` too: a file name `sglang_hf_X.log`; `use_hf_transfer` has no token's shape)
+    ("hf_token", r"(?<![A-Za-z0-9-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])"),
     ("hf_org_token", r"(?<![\w-])api_org_[A-Za-z0-9]{6,}"),
     ("openai_key", r"(?<![\w-])sk-[A-Za-z0-9_\-]{16,}"),
     # provider tokens recognisable by their prefix alone
@@ -97,7 +152,13 @@ RULES: list[tuple[str, str]] = [
     # the same without a scheme, an ssh-style address: user:password@host
     # (not the word after a mark's `«`: `«redacted:…»@` is a mark already)
     ("address_password", r"(?<![\w/:@.%*«-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])"),
-    ("query_token", r"(?i)[?&](?:token|access_token|api_key|key|sig|signature)=(?P<v>[^&\s'\"]+)"),
+    # a query parameter that carries a credential (`?api_key=`, `&sig=`, an S3 presigned URL's
+    # `X-Amz-Signature=`, `X-Amz-Security-Token=`, `X-Amz-Credential=`, `?password=`)
+    (
+        "query_token",
+        r"(?i)[?&](?:key|sig|[\w.-]*(?:token|api_key|signature|secret|passw(?:or)?d|credential))="
+        r"(?P<v>[^&\s'\"]+)",
+    ),
     # a password option of another program (SECRET_OPTIONS), after the words before it
     *(
         (
@@ -115,28 +176,29 @@ _RULES = [(n, re.compile(p)) for n, p in RULES]
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
-    r"passphrase|[a-z0-9._~-]:[^\s/@:'\"]+@|%[0-9a-f]{2}|"
-    r"secret|authorization|access_key|[?&](?:key|sig|signature)=|akia|asia|agpa|aida|aroa|aipa|"
-    r"anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|private key|_pwd|"
-    r"oauth2-bearer|mysql|mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|"
-    r"skopeo|helm|openssl|curl|smbclient|rpcclient|smbmap|mount\.cifs|htpasswd"
+    r"passphrase|[a-z0-9._~-]:[^\s/@:'\"]+@|%[0-9a-f]{2}|\\u[0-9a-f]{4}|cookie|access-key|private_key|"
+    r"token\W{0,3}[:=]\W{0,3}\d*[^\W\d]|token[ \t]+\S*\d|"
+    r"secret|authorization|access_key|[?&][\w.-]*(?:key|sig|signature|credential)=|akia|asia|"
+    r"agpa|aida|aroa|aipa|anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|"
+    r"private key|_pwd|oauth2-bearer|" + OPTION_PROGRAMS
 )
 # A cheaper first sieve (~3x on a busy log): every line HINT matches, matches one of these
 # (hf_, api_org_, _token, access_key: `_`; token=, [?&]..=: `=`; --..token: `--`; the letter
 # words by a shorter stem, case-insensitive as HINT), and polars runs these short patterns far
 # faster than HINT's long case-insensitive alternation. HINT then decides on what they pick.
 HINT_SIEVE = (
-    r"(?i)api[_-]?k|bearer|passw|passphr|secret|authoriz|sk-",
+    r"(?i)api[_-]?k|bearer|passw|passphr|secret|authoriz|sk-|cookie|access-k|"
+    # (`token: X`, `\"token\": \"X`; not a count: `#token: 90`, `token usage: 0.01`)
+    r"token\W{0,3}:\W{0,3}\d*[^\W\d]|token[ \t]+\S*\d",
     r"[_=]",
     # the provider prefixes of RULES, as they are written (case-sensitive, like those rules),
     # and the programs of SECRET_OPTIONS (`_pwd` is `[_=]`'s). Header names (`Cookie:`,
     # `X-Auth-Token:`) are not sieved (they cost 2x here): their lines are redacted when a
     # program of the line is (`curl -H …`), and lint and the journal redact every text whole.
-    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|mysql|"
-    r"mariadb|sshpass|redis-cli|ldap|docker|podman|nerdctl|buildah|skopeo|helm|openssl|curl|"
-    r"smbclient|rpcclient|smbmap|mount\.cifs|htpasswd",
+    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|"
+    + OPTION_PROGRAMS,
     # and escaped forms (ESCAPES: what the views decode), a scheme-less user:password@host
-    r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|@",
+    r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|\\u[0-9A-Fa-f]{4}|@",
 )
 
 
@@ -186,6 +248,8 @@ def redact(text: str) -> str:
 ESCAPES: tuple[tuple[str, str, object], ...] = (
     ("backslash", r"\\[\"'\\/]", lambda t: t[1]),
     ("percent", r"%[0-9A-Fa-f]{2}", lambda t: chr(int(t[1:], 16))),
+    # a JSON or Python unicode escape (`"api\u005fkey": "\u0058…"`), seventh round
+    ("unicode", r"\\u[0-9A-Fa-f]{4}", lambda t: chr(int(t[2:], 16))),
 )
 _ESCAPED = re.compile("|".join(f"(?P<{n}>{p})" for n, p, _ in ESCAPES))
 _DECODE = {n: d for n, _, d in ESCAPES}
@@ -273,6 +337,25 @@ def pem_lines(lines: list[str], inside: bool = False) -> tuple[list[str], bool]:
         opened = _PEM_OPEN.search(line)
         inside = bool(opened) and not _PEM_END.search(line, opened.end())
     return out, inside
+
+
+_HINT_RX: list[re.Pattern[str]] = []
+
+
+def redact_text(text: str) -> str:
+    """``redact`` on each line of ``text`` that HINT picks (an output as printed: a JSON
+    document one value a line, a CSV, a report), the others kept as they are: the one
+    redaction at every output boundary, cheap on an output without a secret."""
+    if not _HINT_RX:
+        _HINT_RX.append(re.compile(HINT))
+    hint = _HINT_RX[0]
+    if not hint.search(text):
+        return text
+    lines = text.split("\n")
+    out = [redact(t) if hint.search(t) else t for t in lines]
+    if _PEM_BEGIN in text:
+        out = pem_lines(out)[0]
+    return "\n".join(out)
 
 
 def redact_data(data):  # noqa: ANN001, ANN201 - any JSON-like value
@@ -364,43 +447,54 @@ class StreamRedactor:
         return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
-def redact_lines(lines: pl.Series) -> tuple[pl.Series, int]:
+class Redacted(NamedTuple):
+    """What ``redact_lines`` returns: the lines, how many changed, and whether a PEM private
+    key block is still open after the last line (the next chunk's ``pem_open``)."""
+
+    lines: pl.Series
+    changed: int
+    pem_open: bool = False
+
+
+def redact_lines(lines: pl.Series, pem_open: bool = False) -> Redacted:
     """``redact`` on the lines that may hold a secret (a vectorised test picks them)
-    -> (lines, how many of them changed)."""
+    -> (lines, how many of them changed, a PEM block open after them). ``pem_open``: a block
+    was open before the first line (a log read in chunks: its body straddles a boundary)."""
     import polars as pl
 
     sieve = pl.select(pl.any_horizontal(pl.lit(lines).str.contains(p) for p in HINT_SIEVE))
     idx = sieve.to_series().arg_true()
-    if idx.is_empty():
-        return lines, 0
-    idx = idx.filter(lines.gather(idx).str.contains(HINT))
-    if idx.is_empty():
-        return lines, 0
+    if not idx.is_empty():
+        idx = idx.filter(lines.gather(idx).str.contains(HINT))
+    if idx.is_empty() and not pem_open:
+        return Redacted(lines, 0)
     old = lines.gather(idx).to_list()
     new = [redact(v) if v is not None else None for v in old]
-    if any(v is not None and _PEM_BEGIN in v for v in old):
+    if pem_open or any(v is not None and _PEM_BEGIN in v for v in old):
         # the body lines of a PEM block: no rule matches them alone (its BEGIN line is hinted)
-        return _with_pem_bodies(lines, idx, old, new)
+        return _with_pem_bodies(lines, idx, new, pem_open)
     changed = sum(a != b for a, b in zip(old, new))
     if not changed:
-        return lines, 0
+        return Redacted(lines, 0)
     out = lines.clone()
     out.scatter(idx, pl.Series(new, dtype=pl.String))
-    return out, changed
+    return Redacted(out, changed)
 
 
-def _with_pem_bodies(lines: pl.Series, idx: pl.Series, old: list, new: list) -> tuple:
-    """redact_lines for a chunk holding a PEM block: every line through ``pem_lines``."""
+def _with_pem_bodies(lines: pl.Series, idx: pl.Series, new: list, pem_open: bool) -> Redacted:
+    """redact_lines for a chunk holding (or continuing) a PEM block: every line through
+    ``pem_lines``."""
     import polars as pl
 
     whole = lines.to_list()
     for i, v in zip(idx.to_list(), new):
         whole[i] = v
-    done, _ = pem_lines(["" if v is None else v for v in whole])
+    done, still_open = pem_lines(["" if v is None else v for v in whole], pem_open)
     done = [None if w is None else d for w, d in zip(whole, done)]
-    before = lines.to_list()
-    changed = sum(a != b for a, b in zip(before, done))
-    return (pl.Series(lines.name, done, dtype=pl.String), changed) if changed else (lines, 0)
+    changed = sum(a != b for a, b in zip(lines.to_list(), done))
+    if not changed:
+        return Redacted(lines, 0, still_open)
+    return Redacted(pl.Series(lines.name, done, dtype=pl.String), changed, still_open)
 
 
 __all__ = [
@@ -409,6 +503,7 @@ __all__ = [
     "MARK",
     "PEM_BEGIN",
     "RULES",
+    "Redacted",
     "SECRET_KEYS",
     "SECRET_OPTIONS",
     "StreamRedactor",
@@ -417,6 +512,7 @@ __all__ = [
     "redact",
     "redact_data",
     "redact_lines",
+    "redact_text",
     "redact_value",
     "secret_spans",
 ]

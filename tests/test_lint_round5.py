@@ -297,7 +297,7 @@ def test_the_parser_redacts_the_same_options_in_a_log():
     from forensics_parsers.secrets import redact_lines
 
     lines = pl.Series([cmd for cmd, _ in CHAIN_SECRETS])
-    out, changed = redact_lines(lines)
+    out, changed, _ = redact_lines(lines)
     assert changed == len(CHAIN_SECRETS)
     for text, (_, secret) in zip(out.to_list(), CHAIN_SECRETS):
         assert secret not in text

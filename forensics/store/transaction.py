@@ -351,6 +351,10 @@ class Transaction:
         self.dirty = point.dirty or bool(shared_since)
 
     def set_source(self, source_id: str, record: dict[str, Any]) -> None:
+        if isinstance(record.get("path"), str):  # a secret in a file's name is not stored
+            from forensics_parsers.secrets import redact
+
+            record = {**record, "path": redact(record["path"])}
         self.man.sources[source_id] = record
         self.dirty = True
 

@@ -89,6 +89,7 @@ class LogParser(Between):
         self._sniff: dict[str, Any] | None = st.get("sniff")
         self._finder = PrefixFinder(st.get("prefixes"))
         self._json_carry: str = st.get("json_carry", "")
+        self._pem_open: bool = st.get("pem_open", False)  # a PEM key block open (secrets)
         self._closed_tbs: list[dict[str, Any]] = []
         self._started: dict[int, int] = {}  # run -> the line that set its started_at, this chunk
         if not self.runs:
@@ -108,6 +109,7 @@ class LogParser(Between):
             "sniff": self._sniff,
             "prefixes": self._finder.state(),
             "json_carry": self._json_carry,
+            "pem_open": self._pem_open,
         }
 
     @property
@@ -184,7 +186,7 @@ class LogParser(Between):
                 lines = W.BY_NAME[name].unwrap(lines, params)
                 if not W.BY_NAME[name].keeps_lines:
                     lines = pl.Series("text", "\n".join(lines.to_list()).split("\n"))
-            lines, _ = redact_lines(lines)
+            lines = redact_lines(lines, self._pem_open).lines
             for line in lines.to_list()[: W.SNIFF_LINES]:
                 self._finder.strip(ANSI_RX.sub("", line), PREFIX_RX)
 
@@ -320,7 +322,7 @@ class LogParser(Between):
         if wrapper is not None and wrapper.keeps_lines:
             lines_s = wrapper.unwrap(lines_s, sniff["params"])
         # the one place secrets are removed: every table, and the state, reads these lines
-        lines_s, n_secret = redact_lines(lines_s)
+        lines_s, n_secret, self._pem_open = redact_lines(lines_s, self._pem_open)
         if n_secret:
             ck.stats["lines_redacted"] = n_secret
         n = len(lines_s) if fast is None else fast.n
