@@ -459,8 +459,11 @@ def _scrub(run: _Launch) -> None:
         python = "python3"
         once = [python, script, "once", run.journal, folder, *logs]
         run.host.run(shlex.join(once), timeout=120, allow_timeout=True)
-    else:
-        return  # docs/bad-inputs.md: a host without python3 keeps what it printed
+    else:  # no python3 there: masked from here, once (launcher/scrub_remote.py)
+        from forensics.launcher.scrub_remote import scrub_over
+
+        scrub_over(run.host, [run.journal, *logs], folder)
+        return
     if not run.followed:
         follow = follow_command(python, run.journal, folder, run.launch_id, run.sup_pid or 0, logs)
         run.host.spawn(follow, cwd=run.work)

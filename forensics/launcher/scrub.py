@@ -103,17 +103,34 @@ class _Launch:
             None,
             False,
         )
+        self._skipping = False
 
     def read(self) -> None:
+        """The journal's new complete lines, at most ``BLOCK`` bytes a pass (a journal that
+        grows without end, or a line longer than that, never costs more memory: such a line
+        is skipped, no event of the wrapper's is that long)."""
         try:
             with open(self.journal, "rb") as f:
-                f.seek(self.pos)
-                data = f.read()
+                while True:
+                    f.seek(self.pos)
+                    data = f.read(BLOCK)
+                    cut = data.rfind(b"\n") + 1
+                    if not cut and len(data) == BLOCK:
+                        self.pos += BLOCK  # inside an overlong line: skipped, as its rest
+                        self._skipping = True
+                        continue
+                    if not cut:
+                        return
+                    self.pos += cut
+                    lines = data[:cut].split(b"\n")
+                    if self._skipping:
+                        lines, self._skipping = lines[1:], False  # the overlong line's end
+                    self._events(lines)
         except OSError:
             return
-        cut = data.rfind(b"\n") + 1
-        self.pos += cut
-        for line in data[:cut].splitlines():
+
+    def _events(self, lines: list[bytes]) -> None:
+        for line in lines:
             try:
                 ev = json.loads(line)
             except ValueError:
