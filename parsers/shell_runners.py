@@ -26,6 +26,7 @@ from forensics_parsers.shell_scripts import (
     script_option,
     ssh_command,
     tmux_script,
+    trap_action,
 )
 from forensics_parsers.shell_syntax import BODY_KEYWORDS, PREFIXES
 
@@ -107,6 +108,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "ssh": _w(script=ssh_command, execs=False),  # ssh HOST 'pkill -f x': the remote shell
     "find": _w(script=find_exec_script, execs=False),
     "script": _w(script=script_option("-c", "--command"), execs=False),
+    "trap": _w(script=trap_action, execs=False),  # trap 'ACTION' EXIT: run at the chain's end
     "tmux": _w(script=tmux_script, execs=False),
     "screen": _w(0, "-S -c -t -T -e -h -p -X -L -Logfile", script=screen_keys),
     "chroot": _w(1, "--userspec --groups"),  # the new root, then the command

@@ -33,7 +33,12 @@ def after_options(words: list[str], takes: frozenset[str]) -> list[str]:
 
 def option_value(words: list[str], option: str) -> str | None:
     """The value of ``option`` in one word or two: ``-c X``, ``-cX``, ``--command=X``."""
-    if not words or not words[0].startswith(option):
+    if not words:
+        return None
+    w = words[0]
+    if len(option) == 2 and len(w) > 2 and w[0] == "-" and w[1:].isalpha() and w[-1] == option[1]:
+        return words[1] if len(words) > 1 else None  # a cluster ending in it: `script -qc X`
+    if not w.startswith(option):
         return None
     if words[0] == option:
         return words[1] if len(words) > 1 else None
@@ -70,6 +75,16 @@ def joined(options: str = "") -> Callable[[list[str]], str | None]:
     ``watch``): ``watch -n1 'kill -9 -1'`` runs ``sh -c 'kill -9 -1'``."""
     takes = frozenset(options.split())
     return lambda words: " ".join(after_options(words, takes)) or None
+
+
+def trap_action(words: list[str]) -> str | None:
+    """``trap 'ACTION' SIG…``: the shell runs ACTION when a signal comes or at EXIT (``trap
+    'pkill -f x' EXIT`` kills at the chain's end); ``trap - SIG``, ``trap '' SIG``, ``-p``,
+    ``-l`` run nothing."""
+    words = words[1:] if words[:1] == ["--"] else words
+    if len(words) < 2 or words[0] in ("", "-") or words[0].startswith("-"):
+        return None
+    return words[0]
 
 
 def capsh_script(words: list[str]) -> str | None:

@@ -44,7 +44,8 @@ PREFIXES = ("!", "time", "coproc")  # words before a pipeline
 _COMMAND_STARTS = ("start", "(", "{", "\n", "fdef)", "case)", "case;;", *PREFIXES,
                    *BODY_KEYWORDS, *_OPERATORS)  # fmt: skip
 # After these a compound command has ended: only an operator, a redirection or a closer follows.
-_ENDS = (")", "}", "fi", "done", "esac", "]]")
+# ("fbody": `function x=(1 2)`, which bash reads as the function `x=` with the body `(1 2)`)
+_ENDS = (")", "}", "fi", "done", "esac", "]]", "fbody")
 _CLOSERS = ("then", "elif", "else", "fi", "do", "done", "esac", "}")
 # ("function": the word `function` where a command starts, still waiting for its name)
 _NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", "function", *BODY_KEYWORDS, *_OPERATORS)
@@ -53,21 +54,26 @@ _NO_COMMAND_YET = ("start", "(", "{", "\n", "redir", "function", *BODY_KEYWORDS,
 # braces where a command starts; "fdef)": the `()` of a function definition).
 SYNTAX_RULES: dict[str, tuple[str, ...]] = {
     # (`f() ;`, `function g &&`: a function header with no body)
-    **{op: (*_NO_COMMAND_YET, "fdef)", "fname") for op in _OPERATORS},
+    **{op: (*_NO_COMMAND_YET, "fdef)", "fname", "coproc") for op in _OPERATORS},
+    # `! && a`, `! | a`: a `!` needs a pipeline before a pipe or a list operator (`! ;` is fine)
+    **{op: (*_NO_COMMAND_YET, "fdef)", "fname", "coproc", "!") for op in ("&&", "||", "|", "|&")},
+    "!": ("|", "|&"),  # `a | !`: `!` only starts a pipeline (`a | time` is bash's own)
+    "redir": ("function", "fname"),  # `function g < f`: a name then its body, nothing else
     # a `(` after a word: only `NAME()` where a command starts defines a function
     "(": ("word", "assign", "fname", "redir", "function", *_ENDS),
     ")": ("start", "(", "{", "&&", "||", "|", "|&", "redir"),
     "}": ("{", "&&", "||", "|", "|&", "redir", *BODY_KEYWORDS, *PREFIXES),
     "word": (*_ENDS, "fdef)", "fname"),  # `( a ) b`, `fi b`, `f() b`, `function g b`
-    "[[": (*_ENDS, "fname"),  # a test opens where a word may stand (also a function body)
+    "[[": _ENDS,  # a test opens where a command starts (also a function's body: `function g [[`)
     "]]": _NO_COMMAND_YET,  # `]]` where a command starts: no `[[` opened it
     "assign": (*_ENDS, "fdef)", "fname"),
     "array": ("word",),  # `a x=(1 2)`: an array only as an assignment before a command
-    "\n": ("redir", "function"),
-    "end": ("&&", "||", "|", "|&", "redir", "fdef)", "fname", "function"),  # `f()`: no body
+    "\n": ("redir", "function", "coproc"),
+    "end": ("&&", "||", "|", "|&", "redir", "fdef)", "fname", "function", "coproc"),  # `f()`
 }
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[[^]]*\])?\+?=")
 _OPENER = {")": "(", "}": "{", "]]": "[["}
+_ARRAY_WORD = re.compile(r"^[^=()]+=\(.*\)$", re.S)  # `x=(1 2)` after `function`: name + body
 
 
 def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
@@ -84,7 +90,7 @@ def _word_key(word: str, prev: str, keyed: list[tuple[str, _Tok]]) -> str:
     if word == "{" and prev == "fname":
         return word  # `function NAME { …; }`
     if _after_function(prev, keyed):
-        return "fname"
+        return "fbody" if _ARRAY_WORD.match(word) else "fname"
     m = _ASSIGNMENT.match(word) if prev != "redir" else None
     if m:  # NAME=…: an assignment while no command word came yet, else a word (or an error)
         if _no_command_word(keyed):
@@ -140,7 +146,7 @@ def syntax_keys(toks: list[_Tok]) -> list[tuple[str, _Tok]]:
         if in_test:  # the words of a test, up to its `]]`
             in_test = t.value != "]]"
             key = "word" if in_test else "]]"
-        elif t.kind == "word" and t.value == "[[" and prev in _COMMAND_STARTS:
+        elif t.kind == "word" and t.value == "[[" and prev in (*_COMMAND_STARTS, "fname"):
             in_test, key = True, "[["
         elif in_case and key in (")", ";;"):
             key = "case" + key
@@ -164,7 +170,8 @@ def syntax_errors(toks: list[_Tok]) -> list[str]:
     """What the shell would refuse the tokens for (first found first)."""
     errors: list[str] = []
     prev, depth, open_ = "start", {"(": 0, "{": 0, "[[": 0}, []
-    for key, t in [*syntax_keys(toks), ("end", _Tok("end", "end", -1, -1))]:
+    keys = [*syntax_keys(toks), ("end", _Tok("end", "end", -1, -1))]
+    for i, (key, t) in enumerate(keys):
         found = _token_error(key, t, prev, depth) or _keyword_error(key, open_)
         if found:
             errors.append(found)
@@ -172,11 +179,28 @@ def syntax_errors(toks: list[_Tok]) -> list[str]:
             depth[key] += 1
         elif key in _OPENER:
             depth[_OPENER[key]] = max(0, depth[_OPENER[key]] - 1)
-        prev = key
+        prev = _carried(key, prev, keys, i)
     return errors
 
 
+def _carried(key: str, prev: str, keys: list[tuple[str, _Tok]], i: int) -> str:
+    """What the next token is checked against after ``key``: the key itself, but a compound's
+    redirection's file (`{ a; } < f b`: `b` still follows the compound) and the newlines after
+    a function's name (`function g` NEWLINE `x=1`: the body must still come) carry on."""
+    if key == "\n" and prev == "fname":
+        return prev
+    if key == "word" and prev == "redir" and i >= 2 and keys[i - 2][0] in (*_ENDS, "fdef)"):
+        return keys[i - 2][0] if keys[i - 2][0] != "fdef)" else "}"
+    return key
+
+
 def _token_error(key: str, t: _Tok, prev: str, depth: dict[str, int]) -> str | None:
+    if key == "]]" and prev == "[[":
+        # bash 5 takes that `]]` for an operand, and its parser gives up there without a word:
+        # `bash -c 'echo a; [[ ]]; echo b'` runs nothing, exit 0 (bash -n says nothing either)
+        return (
+            "an empty test `[[ ]]`: bash silently stops reading the chain there and runs none of it"
+        )
     if key == ";;":
         return "syntax error near unexpected token `;;` (only a `case` uses it)"
     if prev in SYNTAX_RULES.get(key, ()):
