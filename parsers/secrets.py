@@ -128,7 +128,10 @@ RULES: list[tuple[str, str]] = [
     ),
     # Hugging Face tokens of any length (`hf_transfer`, `hf_quant_config` are not tokens)
     # (after `_` too: a file name `sglang_hf_X.log`; `use_hf_transfer` has no token's shape)
-    ("hf_token", r"(?<![A-Za-z0-9-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])"),
+    (
+        "hf_token",
+        r"(?<![A-Za-z0-9-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])",
+    ),
     ("hf_org_token", r"(?<![\w-])api_org_[A-Za-z0-9]{6,}"),
     ("openai_key", r"(?<![\w-])sk-[A-Za-z0-9_\-]{16,}"),
     # provider tokens recognisable by their prefix alone
@@ -318,6 +321,9 @@ PEM_BEGIN = "PRIVATE KEY-----"  # a line holding it opens a block (pem_lines)
 _PEM_BEGIN = PEM_BEGIN
 _PEM_OPEN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+# what a line inside the block looks like: base64 (64 a line), or a header (`Proc-Type: …`,
+# `DEK-Info: …`); any other line (a log line: a BEGIN never closed) ends the block unredacted
+_PEM_BODY = re.compile(r"\s*(?:[A-Za-z0-9+/=]+|[A-Za-z][A-Za-z-]*: \S.*)\s*")
 
 
 def pem_lines(lines: list[str], inside: bool = False) -> tuple[list[str], bool]:
@@ -326,13 +332,14 @@ def pem_lines(lines: list[str], inside: bool = False) -> tuple[list[str], bool]:
     (lines, whether a block is still open after the last)."""
     out = []
     for line in lines:
-        if inside:
-            if _PEM_END.search(line):
-                inside = False
-                out.append(line)
-            else:
-                out.append(redact_value(line) if line.strip() else line)
+        if inside and _PEM_END.search(line):
+            inside = False
+            out.append(line)
             continue
+        if inside and (_PEM_BODY.fullmatch(line) or not line.strip()):
+            out.append(redact_value(line) if line.strip() else line)
+            continue
+        # outside a block, or a line no key has (which ends one: a BEGIN never closed)
         out.append(line)
         opened = _PEM_OPEN.search(line)
         inside = bool(opened) and not _PEM_END.search(line, opened.end())
@@ -456,10 +463,15 @@ class Redacted(NamedTuple):
     pem_open: bool = False
 
 
-def redact_lines(lines: pl.Series, pem_open: bool = False) -> Redacted:
+def redact_lines(
+    lines: pl.Series, pem_open: bool = False, gaps: pl.Series | None = None, tail_gap: bool = False
+) -> Redacted:
     """``redact`` on the lines that may hold a secret (a vectorised test picks them)
     -> (lines, how many of them changed, a PEM block open after them). ``pem_open``: a block
-    was open before the first line (a log read in chunks: its body straddles a boundary)."""
+    was open before the first line (a log read in chunks: its body straddles a boundary).
+    ``gaps``: per line, whether lines not given here came before it (the compiled reader's
+    metrics lines), ``tail_gap``: after the last: such a line ends a block as it would in
+    the text itself (no key line is a metrics line), so both line readers agree."""
     import polars as pl
 
     sieve = pl.select(pl.any_horizontal(pl.lit(lines).str.contains(p) for p in HINT_SIEVE))
@@ -472,7 +484,8 @@ def redact_lines(lines: pl.Series, pem_open: bool = False) -> Redacted:
     new = [redact(v) if v is not None else None for v in old]
     if pem_open or any(v is not None and _PEM_BEGIN in v for v in old):
         # the body lines of a PEM block: no rule matches them alone (its BEGIN line is hinted)
-        return _with_pem_bodies(lines, idx, new, pem_open)
+        done = _with_pem_bodies(lines, idx, new, pem_open, gaps)
+        return done._replace(pem_open=done.pem_open and not tail_gap)
     changed = sum(a != b for a, b in zip(old, new))
     if not changed:
         return Redacted(lines, 0)
@@ -481,15 +494,23 @@ def redact_lines(lines: pl.Series, pem_open: bool = False) -> Redacted:
     return Redacted(out, changed)
 
 
-def _with_pem_bodies(lines: pl.Series, idx: pl.Series, new: list, pem_open: bool) -> Redacted:
+_GAP = "\x00"  # stands for the lines a reader did not hand over: no key line, it ends a block
+
+
+def _with_pem_bodies(
+    lines: pl.Series, idx: pl.Series, new: list, pem_open: bool, gaps: pl.Series | None
+) -> Redacted:
     """redact_lines for a chunk holding (or continuing) a PEM block: every line through
-    ``pem_lines``."""
+    ``pem_lines`` (a gap before a line: a line that ends a block)."""
     import polars as pl
 
     whole = lines.to_list()
     for i, v in zip(idx.to_list(), new):
         whole[i] = v
-    done, still_open = pem_lines(["" if v is None else v for v in whole], pem_open)
+    gap = [False] * len(whole) if gaps is None else gaps.to_list()
+    fed = [x for v, g in zip(whole, gap) for x in ([_GAP] if g else []) + ["" if v is None else v]]
+    done, still_open = pem_lines(fed, pem_open)
+    done = [d for d, f in zip(done, fed) if f is not _GAP]
     done = [None if w is None else d for w, d in zip(whole, done)]
     changed = sum(a != b for a, b in zip(lines.to_list(), done))
     if not changed:

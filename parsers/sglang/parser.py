@@ -322,7 +322,12 @@ class LogParser(Between):
         if wrapper is not None and wrapper.keeps_lines:
             lines_s = wrapper.unwrap(lines_s, sniff["params"])
         # the one place secrets are removed: every table, and the state, reads these lines
-        lines_s, n_secret, self._pem_open = redact_lines(lines_s, self._pem_open)
+        gaps, tail_gap = None, False
+        if fast is not None:  # the metrics lines it read: between (and after) these lines
+            seen = fast.other["line"]
+            gaps = (seen - seen.shift(1, fill_value=base)) != 1
+            tail_gap = (seen[-1] if len(seen) else base) != base + fast.n
+        lines_s, n_secret, self._pem_open = redact_lines(lines_s, self._pem_open, gaps, tail_gap)
         if n_secret:
             ck.stats["lines_redacted"] = n_secret
         n = len(lines_s) if fast is None else fast.n
