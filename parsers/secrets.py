@@ -88,6 +88,13 @@ _NOT_A_VALUE = r"(?!\s*['\"]?(?:" + NOT_A_VALUE + r")['\"]?(?:[\s,;.)}\]]|$))"
 # of an environment dump): 8 or more characters of a token's alphabet, letters and digits both
 _CREDENTIAL = r"(?=[^\s,;]*\d)(?=[^\s,;]*[A-Za-z])[A-Za-z0-9_\-./+=~:]{8,}(?![^\s,;)\]}])"
 
+# a `*_token` key followed by a plain number, unquoted (a count or a rate): not a secret
+# key's value; a quoted one (`"access_token": "12345"`) may be a credential
+_TOKEN_COUNT = (
+    r"(?![A-Za-z_]*_token['\"]?\s*[:=]\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    r"(?:[\s,;)}\]]|$))"
+)
+
 # (name, pattern): the whole match, or its group `v` when it has one, is the secret.
 RULES: list[tuple[str, str]] = [
     # key=value / key: value with a secret key; None, '' and booleans are not secrets
@@ -96,6 +103,9 @@ RULES: list[tuple[str, str]] = [
         # (a key right after `/` is a path's last name: `…/api_key=X.log` is a key, but
         # `/etc/passwd: no such file` a message's separator: only `=` follows it there)
         r"(?i)(?:(?<=/)(?P<path>)|(?<![\w/-]))(?P<q>['\"]?)"
+        # a `*_token` key holding a number is a count or a rate (`ms_per_token: 12.5`,
+        # `new_token=8192`, `kv_bytes_per_token: 70272`), never a credential
+        + _TOKEN_COUNT
         + SECRET_KEY
         + r"(?P=q)\s*(?(path)=(?!=)|(?:=(?!=)|:))\s*"
         + _NOT_A_VALUE

@@ -21,6 +21,8 @@ from forensics_parsers.secrets import mask, redact, redact_lines
 # one unique value per spelling (none a substring of another or of the text around it)
 FORMS = {
     "bare_token_eq": ("token=Vbtok1Qx7Kp", "Vbtok1Qx7Kp"),
+    # a quoted all-digit value of a `*_token` key may be a credential: only unquoted numbers pass
+    "digits_token_quoted": ('{"access_token": "73918264"}', "73918264"),
     "bare_token_json": ('{"token": "Vbtok2Qx7Kp", "n": 1}', "Vbtok2Qx7Kp"),
     "bare_token_yaml": ("  TOKEN: Vbtok3Qx7Kp", "Vbtok3Qx7Kp"),
     "bare_token_repr": ("ServerArgs(token='Vbtok4Qx7Kp', port=1)", "Vbtok4Qx7Kp"),
@@ -73,6 +75,12 @@ PLAIN = [
     "max_tokens=128",
     "tokenizer_path='/models/tok'",
     "GET /v1/models?limit=10 HTTP/1.1",
+    # a `*_token` key holding an unquoted number is a count or a rate: our own --json output
+    # (`advise --json`'s baseline) and SGLang's server_args (lead, seventh stop)
+    '"ms_per_token": 12.5,',
+    "new_token=8192, cached_token=0",
+    "kv_bytes_per_token: 70272",
+    "profile_max_num_token=1e3)",
 ]
 
 
