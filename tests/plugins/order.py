@@ -1,6 +1,6 @@
 """The longest tests start first: test modules ordered by the longest test each holds.
 
-``make test`` runs two workers with ``--dist worksteal``: each worker takes its share of the
+``make test`` runs three workers with ``--dist worksteal``: each worker takes its share of the
 collection in order and steals from the other's tail when it runs dry. A long test collected
 late (the demo's end-to-end run, minutes on a busy machine) starts when the other worker is
 nearly done, and the run waits for it alone. Sorted by the longest test (its setup, call and
@@ -10,7 +10,7 @@ module-scoped fixture is still built once per worker. A module with no recorded 
 one) goes first: its length is unknown, and a long test started last costs the most.
 
 The order changes when tests run, never what they assert. Refresh the file after adding or
-changing slow tests: ``pytest -n 2 --dist worksteal -q --record-durations`` (docs/testing.md).
+changing slow tests: ``pytest -n 3 --dist worksteal -q --record-durations`` (docs/testing.md).
 """
 
 from __future__ import annotations
