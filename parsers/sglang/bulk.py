@@ -115,13 +115,7 @@ def _prefixed_kinds(cand: pl.DataFrame, date_hint: str) -> pl.DataFrame:
     name, pattern, before = _HOT
     hot = m.str.contains(pattern) & ~m.str.contains(before)
     cand = cand.with_columns(pl.when(hot).then(pl.lit(name)).alias("kind"))
-    if cand["kind"].null_count():
-        cold = cand.with_row_index("_c").filter(pl.col("kind").is_null())
-        found = _first_rules(cold.select("_c", "msg"))
-        if not found.is_empty():
-            cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
-        cand = cand.filter(pl.col("kind").is_not_null())
-    return cand
+    return _rest_by_rules(cand)
 
 
 def _bare_kinds(cand: pl.DataFrame) -> pl.DataFrame:
@@ -141,13 +135,19 @@ def _bare_kinds(cand: pl.DataFrame) -> pl.DataFrame:
         t.alias("msg"),
         pl.when(~t.str.contains(_ANY_RULE)).then(pl.lit(UNKNOWN)).alias("kind"),
     )
-    if cand["kind"].null_count():
-        ruled = cand.with_row_index("_c").filter(pl.col("kind").is_null())
-        found = _first_rules(ruled.select("_c", "msg"))
-        if not found.is_empty():
-            cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
-        cand = cand.filter(pl.col("kind").is_not_null())
-    return cand
+    return _rest_by_rules(cand)
+
+
+def _rest_by_rules(cand: pl.DataFrame) -> pl.DataFrame:
+    """The candidates whose ``kind`` the vectorised test left null get it from ``_first_rules``;
+    those still without one (a rule that is not a bulk rule: the Python path's) are dropped."""
+    if not cand["kind"].null_count():
+        return cand
+    ruled = cand.with_row_index("_c").filter(pl.col("kind").is_null())
+    found = _first_rules(ruled.select("_c", "msg"))
+    if not found.is_empty():
+        cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
+    return cand.filter(pl.col("kind").is_not_null())
 
 
 def _kind_of(msg: str) -> str | None:
