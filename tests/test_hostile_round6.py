@@ -25,14 +25,17 @@ from forensics.cli_common import EMPTY_MEANS_SOMETHING
 from tests.conftest import FIXTURES, closing_port
 
 
-def forensics(tmp_path: Path, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """The real CLI in its own process, with a store of its own under tmp_path."""
-    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "home")}
-    env.pop("FORENSICS_DEBUG", None)
+def forensics(
+    tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """The real CLI in its own process, with a store of its own under tmp_path (``env``: more
+    variables, over the test's environment)."""
+    full = {**os.environ, "FORENSICS_HOME": str(tmp_path / "home"), **(env or {})}
+    full.pop("FORENSICS_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "forensics", *argv],
         cwd=tmp_path,
-        env=env,
+        env=full,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -4,43 +4,22 @@ fault and CLI contract case (docs/bad-inputs.md, "Seventh round"). Each test cit
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from forensics.cli import cli
 from tests.conftest import FIXTURES
+from tests.test_hostile_round6 import forensics as run_forensics
+from tests.test_hostile_round6 import one_error_line
 
-
-def forensics(tmp_path: Path, *argv: str, env: dict | None = None, timeout: float = 120):
-    """The real CLI in its own process, with a store of its own under tmp_path."""
-    full = {**os.environ, "FORENSICS_HOME": str(tmp_path / "home"), **(env or {})}
-    full.pop("FORENSICS_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "forensics", *argv],
-        cwd=tmp_path,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def one_error_line(p: subprocess.CompletedProcess, *needles: str) -> str:
-    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("Error:")]
-    assert len(lines) == 1, p.stderr
-    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
+# the real CLI in its own process (a 120 s hang guard here) and the one-`Error:`-line check
+forensics = functools.partial(run_forensics, timeout=120)
 
 
 # ------------------------------------------------------------ data loss: a damaged store

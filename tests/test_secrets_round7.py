@@ -15,8 +15,8 @@ import tracemalloc
 import polars as pl
 import pytest
 
-from forensics.cli import main
 from forensics_parsers.secrets import mask, redact, redact_lines
+from tests.test_secrets_round6 import _cli
 
 # one unique value per spelling (none a substring of another or of the text around it)
 FORMS = {
@@ -99,15 +99,6 @@ def test_each_spelling_is_redacted_masked_and_sieved(form):
 def test_ordinary_text_is_not_changed(line):
     assert redact(line) == line
     assert redact_lines(pl.Series([line])).lines.to_list() == [line]
-
-
-def _cli(capsys, *args: str, ok=(0,)) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
-    out, err = capsys.readouterr()
-    assert (exc.value.code or 0) in ok, (args, exc.value.code, out, err)
-    assert "Traceback" not in err, err
-    return out + err
 
 
 def test_an_error_line_that_ends_a_path_in_passwd_is_not_redacted(capsys):
