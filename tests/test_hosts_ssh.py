@@ -452,13 +452,13 @@ def test_streams_run_in_the_shell_started_ahead(ssh_host, tmp_path, monkeypatch)
     from forensics.hosts import streams
 
     started: list[str] = []
-    real = streams._exec
+    real = streams.Streams._open_channel
 
-    def spy(transport, command, *args):
+    def spy(self, command, *args, **kwargs):
         started.append(command)
-        return real(transport, command, *args)
+        return real(self, command, *args, **kwargs)
 
-    monkeypatch.setattr(streams, "_exec", spy)
+    monkeypatch.setattr(streams.Streams, "_open_channel", spy)
     blob = tmp_path / "blob.bin"
     blob.write_bytes(os.urandom(3 << 20) + b"tail")
     ssh_host.expect_streams(2)
