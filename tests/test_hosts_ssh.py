@@ -452,13 +452,13 @@ def test_streams_run_in_the_shell_started_ahead(ssh_host, tmp_path, monkeypatch)
     from forensics.hosts import streams
 
     started: list[str] = []
-    real = streams.Streams._open_channel
+    real = streams._exec
 
-    def spy(self, command, *args, **kwargs):
+    def spy(transport, command, *args):
         started.append(command)
-        return real(self, command, *args, **kwargs)
+        return real(transport, command, *args)
 
-    monkeypatch.setattr(streams.Streams, "_open_channel", spy)
+    monkeypatch.setattr(streams, "_exec", spy)
     blob = tmp_path / "blob.bin"
     blob.write_bytes(os.urandom(3 << 20) + b"tail")
     ssh_host.expect_streams(2)

@@ -311,7 +311,7 @@ def test_the_first_remote_shell_starts_as_the_host_connects(ssh_config, big_log,
     real_coming, real_stat, real_exec = (
         streams.Streams.stream_coming,
         SFTPFiles.stat,
-        streams.Streams._open_channel,
+        streams._exec,
     )
 
     def coming(self):
@@ -322,13 +322,13 @@ def test_the_first_remote_shell_starts_as_the_host_connects(ssh_config, big_log,
         order.append("stat")
         return real_stat(self, path)
 
-    def spy_exec(self, command, *args, **kwargs):
+    def spy_exec(transport, command, *args):
         started.append(command)
-        return real_exec(self, command, *args, **kwargs)
+        return real_exec(transport, command, *args)
 
     monkeypatch.setattr(streams.Streams, "stream_coming", coming)
     monkeypatch.setattr(SFTPFiles, "stat", stat)
-    monkeypatch.setattr(streams.Streams, "_open_channel", spy_exec)
+    monkeypatch.setattr(streams, "_exec", spy_exec)
     assert _ingest([f"sshtest:{big_log}"])["files_by_status"] == {"new": 1}
     assert order[:2] == ["shell", "stat"]  # before the path is looked up
     assert started == [streams.SPARE_SHELL]  # the stream ran in it, none other started

@@ -26,7 +26,6 @@ from typing import Any
 
 from forensics.errors import RemoteError
 from forensics.hosts.base import STREAM_AHEAD, STREAM_WINDOW
-from forensics.hosts.openssh import SSH_FAILED, OpenSSHChannel, ssh_argv, ssh_program
 
 STREAM_PACKET = 1 << 15  # max packet size asked for a stream's channel (OpenSSH sends <= 32 KiB)
 SPARE_SHELL = "sh -s"  # what a shell started ahead runs: the script comes on its stdin
@@ -48,35 +47,9 @@ class Streams:
     _streams_expected = 0  # streams announced by expect_streams and not started yet
     _streams_at_once = 1  # streams read at the same time (as many shells wait)
     _streams_open = 0  # streams being read
-    _ssh: list[str] | None | bool = False  # OpenSSH's command line (None: paramiko; False: unset)
 
     def _transport(self):  # noqa: ANN202 - provided by SSHHost
         raise NotImplementedError
-
-    def _ssh_argv(self) -> list[str] | None:
-        """The OpenSSH client's command line for this host's streams (None: paramiko's
-        channels: no ``ssh``, a host it cannot reach as paramiko does, or it failed here)."""
-        if self._ssh is False:
-            program = ssh_program()
-            self._ssh = ssh_argv(self, program) if program else None
-        return self._ssh  # type: ignore[return-value]
-
-    def _open_channel(self, command: str, window: int, *, stdin: bool) -> Any:
-        """A channel running ``command``: an ``ssh`` process (``forensics.hosts.openssh``)
-        where it can be used, else a paramiko session on the live connection."""
-        argv = self._ssh_argv()
-        if argv is not None:
-            return OpenSSHChannel(argv, command, stdin=stdin)
-        return _exec(self._transport(), command, window, self.cfg.connect_timeout)
-
-    def _ssh_failed(self, chan: Any) -> bool:
-        """Whether ``chan`` is an ``ssh`` that failed before its first byte (it could not
-        connect, the host key or the login was refused): this host's streams then go over
-        paramiko, whose connection passed the same checks."""
-        if not isinstance(chan, OpenSSHChannel) or chan.got or chan.proc.poll() != SSH_FAILED:
-            return False
-        self._ssh = None
-        return True
 
     def expect_streams(self, n: int, at_once: int = 1) -> None:
         """``n`` more ``stream`` calls are coming (an ingest of ``n`` files of this host),
@@ -125,7 +98,7 @@ class Streams:
         try:
             t = self._client.get_transport() if self._client is not None else None
             if t is not None and t.is_active():
-                chan = self._open_channel(SPARE_SHELL, STREAM_WINDOW, stdin=True)
+                chan = _exec(t, SPARE_SHELL, STREAM_WINDOW, self.cfg.connect_timeout)
         except Exception:  # noqa: BLE001 - no spare: the stream opens its own channel
             chan = None
         with self._lock:
@@ -146,7 +119,6 @@ class Streams:
             return None
         try:
             if chan.closed or chan.exit_status_ready():
-                self._ssh_failed(chan)
                 raise EOFError("the shell started ahead has ended")
             chan.sendall(script.encode() + b"\n")
             chan.shutdown_write()
@@ -170,7 +142,12 @@ class Streams:
         chan = self._take_spare(script) if window == STREAM_WINDOW else None
         if chan is None:
             try:
-                chan = self._open_channel(shlex.join(["sh", "-c", script]), window, stdin=False)
+                chan = _exec(
+                    self._transport(),
+                    shlex.join(["sh", "-c", script]),
+                    window,
+                    self.cfg.connect_timeout,
+                )
                 chan.shutdown_write()
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise RemoteError(
@@ -192,7 +169,7 @@ class Streams:
         non-zero (its stderr in the message; while iterating)."""
         chan = self._stream_channel(script, window)
         chan.settimeout(self.op_timeout)
-        return RemoteStream(self, chan, script)
+        return RemoteStream(self, chan)
 
     def _pieces(self, ahead: queue.Queue) -> Iterator[bytes]:
         """What the read-ahead thread queued, until the end of the output."""
@@ -218,17 +195,14 @@ class RemoteStream:
     """A started stream (``Streams.stream``): iterate it for its pieces; ``arrived`` says
     whether its first bytes came (the remote shell runs it); ``close`` ends it, read or not."""
 
-    def __init__(self, host: Streams, chan: Any, script: str = ""):
-        self._host, self._chan, self._script = host, chan, script
+    def __init__(self, host: Streams, chan: Any):
+        self._host, self._chan = host, chan
+        self._ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
         self._stop, self._first = threading.Event(), threading.Event()
         self._ended = False
-        self._start_reader()
-        self._pieces = self._read()
-
-    def _start_reader(self) -> None:
-        self._ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
         self._reader = threading.Thread(target=self._pull, name="forensics-stream", daemon=True)
         self._reader.start()
+        self._pieces = self._read()
 
     def _pull(self) -> None:
         """(thread) The channel's output into the queue, then None (or the error)."""
@@ -256,48 +230,22 @@ class RemoteStream:
         return next(self._pieces)
 
     def _read(self) -> Iterator[bytes]:
+        chan = self._chan
         try:
             yield from self._host._pieces(self._ahead)
-            rc = self._chan.recv_exit_status()
-            if rc != 0 and self._host._ssh_failed(self._chan):
-                self._over_paramiko()
-                yield from self._host._pieces(self._ahead)
-                rc = self._chan.recv_exit_status()
+            rc = chan.recv_exit_status()
             if rc != 0:
-                raise self._failed(rc)
+                err = b""
+                with contextlib.suppress(Exception):
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 12)
+                raise RemoteError(
+                    f"{self._host.address}: exit {rc}: "
+                    f"{err.decode(errors='replace').strip()[:200]}",
+                    hint="check the path and that the command exists on the host",
+                )
         finally:
             self._end()
-
-    def _over_paramiko(self) -> None:
-        """The ``ssh`` process failed before its first byte: the script again on a channel
-        of the host's paramiko connection (whose host key and login passed)."""
-        self._reader.join(timeout=5)
-        self._chan.close()
-        try:
-            self._chan = _exec(
-                self._host._transport(),
-                shlex.join(["sh", "-c", self._script]),
-                STREAM_WINDOW,
-                self._host.cfg.connect_timeout,
-            )
-            self._chan.shutdown_write()
-        except Exception as exc:  # noqa: BLE001 - paramiko's, OSError, EOFError
-            raise RemoteError(
-                f"{self._host.address}: could not start a command: {exc}",
-                hint="the connection may have dropped; re-run",
-            ) from None
-        self._chan.settimeout(self._host.op_timeout)
-        self._start_reader()
-
-    def _failed(self, rc: int) -> RemoteError:
-        err = b""
-        with contextlib.suppress(Exception):
-            while self._chan.recv_stderr_ready():
-                err += self._chan.recv_stderr(1 << 12)
-        return RemoteError(
-            f"{self._host.address}: exit {rc}: {err.decode(errors='replace').strip()[:200]}",
-            hint="check the path and that the command exists on the host",
-        )
 
     def close(self) -> None:
         self._pieces.close()
