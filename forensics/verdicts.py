@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
+    from forensics.classifier.stored import Written
     from forensics.store import Store
 
 TABLE = "verdicts"
@@ -42,15 +43,17 @@ def refresh(
     *,
     unplaced: set[str] | None = None,
     done_meta: str | None = None,
+    written: Written | None = None,
 ) -> int:
     """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
     (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
     runs were classified; ``unplaced`` collects the source ids of texts that are no SGLang log
     at all (a verdict with no phase: ingest warns about them). ``done_meta``: a manifest meta
-    key cleared in the same commit as the verdicts (ingest's pending-verdicts marker)."""
+    key cleared in the same commit as the verdicts (ingest's pending-verdicts marker).
+    ``written``: what the ingest kept of the parts it wrote (classifier.stored.Written): the
+    runs of the sources it covers are read from there, not from the store."""
     from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
     from forensics.classifier.labels import _labels_for
-    from forensics.classifier.stored import batch_tables
     from forensics.runs import run_keys
 
     runs = run_keys(store, source_ids)
@@ -61,6 +64,7 @@ def refresh(
     model = load_model(store)
     # read once: inside the transaction each read of them parses the manifest again
     sources, labels = store.sources(), _labels_for(store)
+    held = written.covers(store, runs["source_id"].unique()) if written is not None else set()
     with store.transaction() as tx:
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
         # a batch of runs at a time: their rows read (by run range), their verdicts written
@@ -68,7 +72,7 @@ def refresh(
         # launches), and each run's rows are read once, not once per run of its log
         for batch in runs.iter_slices(VERDICT_BATCH):
             rows = []
-            read = batch_tables(store, batch["run_id"].to_list())  # one read per batch
+            read = _batch_rows(store, batch, written, held)  # one read per batch
             for (sid,), one in batch.group_by("source_id", maintain_order=True):
                 tables = _per_run(read.get(str(sid)))
                 known = (sources.get(sid, {}), labels.get(sid, {}))
@@ -84,6 +88,21 @@ def refresh(
 
 
 VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at a time (refresh)
+
+
+def _batch_rows(
+    store: Store, batch: pl.DataFrame, written: Written | None, held: set[str]
+) -> dict[str, dict[str, pl.DataFrame]]:
+    """classifier.batch_tables of the runs of ``batch``: those of the sources in ``held``
+    from ``written``, the others from the store."""
+    from forensics.classifier.stored import batch_tables
+
+    mine = pl.col("source_id").is_in(list(held))
+    out: dict[str, dict[str, pl.DataFrame]] = {}
+    for ids, where in ((batch.filter(~mine), None), (batch.filter(mine), written)):
+        if not ids.is_empty():
+            out.update(batch_tables(store, ids["run_id"].to_list(), where))
+    return out
 
 
 def warm() -> None:

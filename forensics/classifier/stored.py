@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -39,15 +40,21 @@ def _store_tables(
 # tail per run; decode, prefill: counts per run and rank (never a table whole)
 TABLE_READS = (("runs", None), *HEAD_TAIL_REDUCES.items())
 TABLE_READS += (("decode", metrics_reduce), ("prefill", metrics_reduce))
+_READS = dict(TABLE_READS)
 
 
-def batch_tables(store, run_ids: list[str]) -> dict[str, dict[str, pl.DataFrame]]:
+def batch_tables(
+    store, run_ids: list[str], written: Written | None = None
+) -> dict[str, dict[str, pl.DataFrame]]:
     """Per source id, what the analysis reads of the runs ``run_ids`` ("source:index", runs
     of many logs): one read of each table, part by part, for the whole batch
     (verdicts.refresh). A read per log scanned every part once per log: 10,000 small files
-    were quadratic (issue 14, seventh round). Each log's tables as _store_tables gives them."""
+    were quadratic (issue 14, seventh round). Each log's tables as _store_tables gives them.
+    ``written``: read from what it kept of the parts this process wrote (the runs of sources
+    it ``covers``), not from the files."""
     keep = (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).is_in(run_ids)
-    tables = {name: store.reduced(name, reduce, where=keep) for name, reduce in TABLE_READS}
+    read = store.reduced if written is None else functools.partial(written.reduced, store)
+    tables = {name: read(name, reduce, where=keep) for name, reduce in TABLE_READS}
     per_source: dict[str, dict[str, pl.DataFrame]] = {}
     for name, df in tables.items():
         if df.is_empty():
@@ -56,6 +63,67 @@ def batch_tables(store, run_ids: list[str]) -> dict[str, dict[str, pl.DataFrame]
             per_source.setdefault(str(sid), {})[name] = part
     empty = {name: df.clear() for name, df in tables.items()}
     return {sid: _bounded({**empty, **t}) for sid, t in per_source.items()}
+
+
+WRITTEN_MAX_BYTES = 256 << 20  # what Written keeps at most; past it, the store is read
+
+
+class Written:
+    """What the verdict step reads of the parts a transaction writes (``Transaction.on_write``),
+    kept as they are written: each part's ``TABLE_READS`` reduce (the runs rows whole, head and
+    tail of the lines, events and errors, the metrics as counts), so the verdicts of the logs
+    an ingest just parsed do not read back the parts it just wrote (issue 15).
+
+    It is the store's own read (``Store.reduced``) over the same rows: each part's reduce, in
+    the manifest's order, then the reduce of their union; a reduce keeps or summarises whole
+    (source, run) groups, so it filters as well before as after. It answers only for the
+    sources whose every part it saw (``covers``): a part it did not see (a grown log's earlier
+    ingest, a worker's part adopted from another process) sends that source to the store.
+    Memory: bounded by WRITTEN_MAX_BYTES, past which it keeps nothing (a log of 100,000
+    launches)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, dict[str, pl.DataFrame]] = {}  # table -> part name -> reduce
+        self.size = 0
+        self.full = False
+
+    def __call__(self, table: str, name: str, df: pl.DataFrame) -> None:
+        """A part written (the transaction's ``on_write``)."""
+        if self.full or table not in _READS:
+            return
+        reduce = _READS[table]
+        kept = df if reduce is None else reduce(df.lazy()).collect()
+        self.size += kept.estimated_size()
+        if self.size > WRITTEN_MAX_BYTES:
+            self.full, self.parts = True, {}
+            return
+        self.parts.setdefault(table, {})[name] = kept
+
+    def covers(self, store, source_ids) -> set[str]:
+        """The sources of ``source_ids`` whose rows in the store are all in parts it kept."""
+        if self.full:
+            return set()
+        from forensics.store.transaction import _base
+
+        man, unseen = store.manifest(), set()
+        for table in _READS:
+            kept = self.parts.get(table, {})
+            for part in man.tables.get(table, []):
+                if part not in kept:
+                    keys = man.shared.get(part) or [man.part_source.get(part) or ""]
+                    unseen.update(_base(k) for k in keys)
+        return set(source_ids) - unseen
+
+    def reduced(self, store, name: str, reduce, where: pl.Expr) -> pl.DataFrame:
+        """``store.reduced(name, reduce, where=where)`` over the parts kept (see the class)."""
+        kept = self.parts.get(name, {})
+        pieces = [kept[p].filter(where) for p in store.manifest().tables.get(name, []) if p in kept]
+        if not pieces:  # none of its rows: the store's answer for a table with no part
+            from forensics.store.folder import _empty
+
+            pieces = [_empty(name).filter(where)]
+        union = pl.concat(pieces, how="diagonal_relaxed").lazy()
+        return (union if reduce is None else reduce(union)).collect()
 
 
 def analyze_stored(

@@ -81,16 +81,7 @@ def ingest(
         # reading commands only read (forensics.verdicts)
         batch.join_warming()
         if store.get_meta(VERDICTS_PENDING):  # this ingest's batches, or an interrupted one's
-            from forensics.verdicts import refresh, unverdicted
-
-            changed = {f.source_id for f in summary.files if f.status in CHANGED}
-            if left_unverdicted:  # scan the store only then, not at every ingest
-                changed |= unverdicted(store)
-            unplaced: set[str] = set()
-            refresh(store, changed, unplaced=unplaced, done_meta=VERDICTS_PENDING)
-            summary.warnings += [
-                f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
-            ]
+            _verdicts(store, summary, batch, left_unverdicted)
     except KeyboardInterrupt as exc:
         summary.interrupted = True
         # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
@@ -115,6 +106,22 @@ def ingest(
     summary.seconds = time.monotonic() - t0
     _raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
+
+
+def _verdicts(store: Store, summary: IngestSummary, batch: _Batch, left_unverdicted: bool) -> None:
+    """The verdicts of the runs whose logs changed (and of those an interrupted ingest left
+    without one): the runs this ingest parsed are read from what it kept of the parts it
+    wrote (``batch.written``), the others from the store."""
+    from forensics.verdicts import refresh, unverdicted
+
+    changed = {f.source_id for f in summary.files if f.status in CHANGED}
+    if left_unverdicted:  # scan the store only then, not at every ingest
+        changed |= unverdicted(store)
+    unplaced: set[str] = set()
+    refresh(store, changed, unplaced=unplaced, done_meta=VERDICTS_PENDING, written=batch.written)
+    summary.warnings += [
+        f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
+    ]
 
 
 def _import_parser_ahead(inputs: list[str]) -> threading.Thread:
@@ -280,6 +287,9 @@ class _Batch:
         self._deferring: _Deferring | None = None
         self.staging: Path | None = None  # the pool's staging folder, once it is stopped
         self.warming: threading.Thread | None = None  # forensics.verdicts.warm, beside a parse
+        # what the verdict step reads of the parts written, kept as they are written (set
+        # with the first parse: the classifier imports beside it)
+        self.written: Any = None
 
     def warm_verdicts(self) -> None:
         """A parse begins here: the verdict step's imports and model load start beside it,
@@ -294,6 +304,15 @@ class _Batch:
         if self.warming is not None:
             self.warming.join()
 
+    def _written(self, table: str, name: str, df: Any) -> None:
+        """A part written by the batch's transaction: what the verdict step reads of it is
+        kept (forensics.classifier.stored.Written; imported here, once the warming did)."""
+        if self.written is None:
+            from forensics.classifier.stored import Written
+
+            self.written = Written()
+        self.written(table, name, df)
+
     def stored_inodes(self, tx: Any) -> dict:
         """The inode index of the sources committed before this batch (built once)."""
         if self._inodes is None or self._inodes[0] is not tx:
@@ -304,6 +323,7 @@ class _Batch:
         if self.tx is None:
             self._cm = self.store.transaction(self.lock_timeout)
             self.tx = self._cm.__enter__()
+            self.tx.on_write = self._written
             self.started = time.monotonic()
 
     def run(

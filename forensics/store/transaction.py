@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,9 @@ class Transaction:
         self._index: dict[str, list[tuple[str, str, str]]] | None = None  # id -> (t, part, key)
         self._read: dict[str, dict[Any, pl.DataFrame]] = {}  # shared parts read by rows_of
         self.dirty = False  # anything to commit (an unchanged-files batch writes nothing)
+        # told (table, part name, rows) of every part this transaction writes, as written:
+        # what the verdict step of an ingest reads of them, kept in memory (classifier.Written)
+        self.on_write: Callable[[str, str, pl.DataFrame], None] | None = None
 
     # -- adding rows ---------------------------------------------------------------------
     def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
@@ -158,6 +162,8 @@ class Transaction:
             raise _write_error(self.store.root, exc, f"cannot write a part of {table}") from exc
         self._new.append((table, name, tmp))
         self.dirty = True
+        if self.on_write is not None:
+            self.on_write(table, name, df)
         return name
 
     # -- parts written by other processes (forensics/ingest/pool.py) ------------------------

@@ -1,0 +1,112 @@
+"""The verdict step of an ingest reads the runs it just parsed from what it kept of the parts
+it wrote (classifier.stored.Written), not from the store's files (issue 15): the verdicts must
+be the ones the store's rows give, whole (explanation, evidence, next steps)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+
+from forensics.classifier import stored
+from forensics.ingest import ingest
+from forensics.store import Store
+from forensics.verdicts import TABLE, refresh
+
+FIX = Path(__file__).parent.parent / "fixtures"
+
+
+def _verdicts(store: Store) -> dict[str, dict]:
+    df = store.table(TABLE).unique("run_id", keep="last", maintain_order=True)
+    return {rid: json.loads(v) for rid, v in df.select("run_id", "verdict").iter_rows()}
+
+
+def _spy(monkeypatch) -> list[tuple[bool, list[str]]]:
+    """(from memory, run ids) of every batch_tables call."""
+    calls: list[tuple[bool, list[str]]] = []
+    real = stored.batch_tables
+
+    def spy(store, run_ids, written=None):
+        calls.append((written is not None, list(run_ids)))
+        return real(store, run_ids, written)
+
+    monkeypatch.setattr(stored, "batch_tables", spy)
+    return calls
+
+
+def _logs(shared_dir: Path) -> list[Path]:
+    return sorted(FIX.glob("*.log*")) + sorted((shared_dir / "real-logs-dev").glob("*.log"))
+
+
+def test_the_verdicts_from_memory_are_the_stores(tmp_path, monkeypatch, shared_dir):
+    """Every log of the fixtures and the real corpus: the ingest classifies each run from
+    memory, and classifying them again from the store's rows gives the same verdicts."""
+    calls = _spy(monkeypatch)
+    store = Store.open(tmp_path / "store")
+    ingest(store, [str(p) for p in _logs(shared_dir)], jobs=1)
+    in_memory = _verdicts(store)
+    assert len(in_memory) > 70
+    assert calls and all(mine for mine, _ in calls)  # no run read back from the store
+    assert sorted(r for _, ids in calls for r in ids) == sorted(in_memory)
+    calls.clear()
+    refresh(store)  # every run again, from the store
+    assert calls and not any(mine for mine, _ in calls)
+    assert _verdicts(store) == in_memory
+
+
+def test_a_grown_log_is_read_from_the_store(tmp_path, monkeypatch):
+    """Rows of a log written by an earlier ingest are not in memory: a grown log's runs are
+    read from the store, a rewritten one's from memory, a new one's from memory. (Each log
+    ingested alone first: a part shared with a rewritten log is written again by the next
+    ingest, without that log's rows, and then holds all that is stored of the others.)"""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    grown, rewritten = logs / "grown.log", logs / "rewritten.log"
+    text = (FIX / "sglang_eagle3_cg_5dt.log").read_text()  # past the parser's sniff window:
+    grown.write_text(text)  # rows of its own ("~tail" rows only are parsed again)
+    shutil.copy(FIX / "sglang_fail_capture.log", rewritten)
+    store = Store.open(tmp_path / "store")
+    for log in (grown, rewritten):
+        ingest(store, [str(log)], jobs=1)
+    grown.write_text(text + (FIX / "sglang_two_launches.log").read_text())
+    shutil.copy(FIX / "sglang_fail_load_kv_oom.log", rewritten)
+    shutil.copy(FIX / "sglang_baseline.log", logs / "new.log")
+    calls = _spy(monkeypatch)
+    summary = ingest(store, [str(p) for p in sorted(logs.iterdir())], jobs=1)
+    assert {f.status for f in summary.files} == {"grown", "rewritten", "new"}
+    name = {f.source_id: Path(f.path).name for f in summary.files}
+    read = {name[r.rsplit(":", 1)[0]]: mine for mine, ids in calls for r in ids}
+    assert read == {"grown.log": False, "new.log": True, "rewritten.log": True}
+    in_ingest = _verdicts(store)
+    refresh(store)
+    assert _verdicts(store) == in_ingest
+
+
+def test_written_answers_as_the_store_reads(tmp_path, monkeypatch):
+    """Written.reduced over the parts it kept is Store.reduced over the files, table by table."""
+    import forensics.verdicts
+
+    seen = []
+    real = forensics.verdicts.refresh
+
+    def refresh_spy(store, source_ids=None, **kw):
+        seen.append(kw["written"])
+        return real(store, source_ids, **kw)
+
+    monkeypatch.setattr(forensics.verdicts, "refresh", refresh_spy)
+    store = Store.open(tmp_path / "store")
+    ingest(store, [str(p) for p in sorted(FIX.glob("sglang_*.log"))], jobs=1)
+    (written,) = seen
+    keys = store.reduced("runs", lambda lf: lf.select("source_id", "run_index"))
+    ids = keys.select(pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String))
+    ids = ids.to_series().to_list()
+    assert written.covers(store, keys["source_id"].unique()) == set(keys["source_id"])
+    keep = (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).is_in(ids)
+    for name, reduce in stored.TABLE_READS:
+        mine = written.reduced(store, name, reduce, where=keep)
+        theirs = store.reduced(name, reduce, where=keep)
+        cols = mine.columns
+        assert sorted(cols) == sorted(theirs.columns), name
+        assert mine.sort(cols).equals(theirs.select(cols).sort(cols)), name
