@@ -21,6 +21,7 @@ class Model:
 
     data: dict[str, Any]
     _checked: bool = False
+    packaged: bool = False  # read from forensics/data (modelstore.packaged_model), not trained
 
     @property
     def classes(self) -> list[str]:

@@ -44,7 +44,7 @@ def packaged_model(digest: str | None) -> Model | None:
         return None
     if digest is not None and data.get("digest") != digest:
         return None
-    return Model(data)
+    return Model(data, packaged=True)
 
 
 def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
@@ -83,7 +83,11 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
         _MODEL_CACHE[""] = base
     if store is not None and _has_labels(store):
         base = train(store, corpus=corpus, save=False)
-    if store is not None:  # a cache: a read-only or full store serves without it
+    # a cache of a model trained now (the packaged one is stale, or the store has labels), so
+    # the next command does not train again; a read-only or full store serves without it. The
+    # packaged model is not copied there: it is read from the package (the copy was 450 KB
+    # written and fsynced by the first ingest into every store: 15-100 ms, issue 15)
+    if store is not None and not base.packaged:
         try:
             save_model(store, base)
         except OSError:
