@@ -110,3 +110,15 @@ def test_written_answers_as_the_store_reads(tmp_path, monkeypatch):
         cols = mine.columns
         assert sorted(cols) == sorted(theirs.columns), name
         assert mine.sort(cols).equals(theirs.select(cols).sort(cols)), name
+
+
+def test_the_packaged_model_is_not_copied_into_the_store(tmp_path):
+    """load_model caches in the store only a model it trained (a stale packaged model, the
+    user's labels): the packaged one is read from the package (the copy cost the first
+    ingest into a store a 450 KB write and fsync)."""
+    from forensics.classifier import _model_path
+
+    store = Store.open(tmp_path / "store")
+    ingest(store, [str(FIX / "sglang_fail_capture.log")], jobs=1)
+    assert _verdicts(store)
+    assert not _model_path(store).exists()
