@@ -17,7 +17,6 @@ import polars as pl
 from forensics.errors import RunNotFound, UsageError
 from forensics.runs_bench import latest_bench
 from forensics.store import Store
-from forensics.sweep.journal import run_tags
 
 # The columns of `forensics runs`, in order (JSON: these keys; null where unknown).
 RUN_COLUMNS = [
@@ -380,6 +379,8 @@ def runs_table(
                 pl.lit(None, dtype=pl.Boolean if col == "hung" else pl.String).alias(col)
             )
     df = experiment.assign(df, group_by, store.get_meta(experiment.LABELS_META) or None)
+    from forensics.sweep.journal import run_tags  # (forensics.sweep: not for an ingest)
+
     df = df.join(run_tags(store), on="run_id", how="left")
     df = df.sort(["started_at", "path", "run_index"], nulls_last=True)
     if match:
