@@ -51,7 +51,8 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def parse(data: bytes, cut: int, bulk: bool) -> tuple[Frames, dict]:
-    p = LogParser("x.log", date_hint="2026-02-25", bulk=bulk)
+    # bulk: every chunk through the bulk path, however few its lines (BULK_MIN_LINES)
+    p = LogParser("x.log", date_hint="2026-02-25", bulk=bulk, bulk_min_lines=0)
     parts = [p.feed(data[i : i + cut]) for i in range(0, len(data), cut)]
     state = p.state()
     return Frames.concat([*parts, p.finish()]), state

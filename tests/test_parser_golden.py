@@ -4,7 +4,8 @@ fixture log, the classifier corpus, the benchmark's line mixes and every real lo
 ``python scripts/parser_digests.py --write`` and say why in the commit.
 
 Each runs over both paths of the line reader: the compiled one (parsers/sglang/native.py) and
-the pure one (``native.ENABLED`` off).
+the pure one (``native.ENABLED`` off), and over both paths of a chunk of few lines: Python
+(parser.BULK_MIN_LINES) and bulk.
 
 The real corpus is found like tests/test_real_corpus_fields.py finds it (FORENSICS_NO_REAL_LOGS=1
 skips that part; without the corpus it fails).
@@ -25,6 +26,19 @@ WANT = json.loads(GOLDEN.read_text())
 
 
 pytestmark = pytest.mark.usefixtures("reader")  # both line readers (tests/conftest.py)
+
+
+@pytest.fixture(autouse=True, params=["small-in-python", "all-in-bulk"])
+def small_chunks(request):
+    """Both paths of a chunk of few lines: the Python one it takes (parser.BULK_MIN_LINES)
+    and the bulk one a bigger chunk takes: the same frozen rows."""
+    from forensics_parsers.sglang import parser
+
+    was = parser.BULK_MIN_LINES
+    if request.param == "all-in-bulk":
+        parser.BULK_MIN_LINES = 0
+    yield request.param
+    parser.BULK_MIN_LINES = was
 
 
 def test_repository_logs_parse_to_the_frozen_rows():
