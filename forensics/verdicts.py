@@ -130,6 +130,10 @@ def _per_run(tables: dict[str, pl.DataFrame] | None) -> dict[int, Any]:
     for name, df in tables.items():
         if df.is_empty() or "run_index" not in df.columns:
             continue
+        runs = df["run_index"]
+        if runs.null_count() == 0 and runs.min() == runs.max():  # one run (most logs): whole
+            per_run.setdefault(int(runs[0]), {})[name] = df
+            continue
         for (ri,), part in df.partition_by("run_index", as_dict=True).items():
             per_run.setdefault(int(ri), {})[name] = part
     empty = {name: df.clear() for name, df in tables.items()}
