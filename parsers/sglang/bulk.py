@@ -26,6 +26,7 @@ non-ASCII) stay on the Python path, in file order.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -51,7 +52,7 @@ _CANDIDATE = _PREFIX.removesuffix("(.*)$") + r"[\x20-\x7e]*$"
 # traceback frame's `File "` is one of them (an orphan frame opens a traceback)
 _BARE = r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$"
 _BARE_ANCHORS = "|".join(p for name, p, _ in ANCHORS + WEAK_ANCHORS if name not in NEEDS)
-_BARE_NEEDS = [lit for lits in NEEDS.values() for lit in lits]
+_NEEDS_RX = "|".join(re.escape(lit) for lits in NEEDS.values() for lit in lits)
 
 
 def _bulk_rules() -> list[tuple[str, str, str | None]]:
@@ -66,6 +67,11 @@ def _bulk_rules() -> list[tuple[str, str, str | None]]:
 
 BULK_RULES = _bulk_rules()
 _ANY_RULE = "|".join(scoped(r.pattern) for r in RULES)
+# what takes an unprefixed line off the plain path (printable, no anchor, no rule: ``unknown``),
+# as one regex: a character that is not plain printable ASCII, a blank line, an anchor or a
+# literal of ``NEEDS``, any rule. (A polars regex pass costs about the same whatever its
+# alternatives: this one ~0.2 us a line of NCCL INFO output, each of its parts alone as much.)
+_BARE_ODD = "|".join((r"[^\x20-\x7e]", r"^ *$", _BARE_ANCHORS, _NEEDS_RX, _ANY_RULE))
 UNKNOWN = "unknown"  # the `lines` kind of a line no rule matches ...
 UNKNOWN_COUNT = "unknown_prefixed"  # ... and its count (a prefixed line) ...
 UNKNOWN_BARE = "unknown_bare"  # ... (an unprefixed one: no ``ts``)
@@ -93,10 +99,12 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     earlier rule's does; the others go through ``_first_rules``. (A chunk has a few thousand
     such lines, and each polars call costs ~0.1 ms whatever its rows: the calls are few.)"""
     t = pl.col("text")
-    rows = other.with_row_index("_row")
     short = t.str.len_bytes() <= max_line
-    parts = [_prefixed_kinds(rows.filter(short & t.str.contains(_CANDIDATE)), date_hint)]
-    parts.append(_bare_kinds(rows.filter(short & t.str.contains(_BARE))))
+    rows = other.with_row_index("_row")
+    pre = rows.select(short & t.str.contains(_CANDIDATE)).to_series()
+    parts = [_prefixed_kinds(rows.filter(pre), date_hint)]
+    if not pre.all():  # (an unprefixed candidate is never a prefixed one: it holds no anchor)
+        parts.append(_bare_kinds(rows.filter(~pre & short)))
     parts = [p for p in parts if not p.is_empty()]
     if not parts:
         return empty(), other
@@ -119,35 +127,46 @@ def _prefixed_kinds(cand: pl.DataFrame, date_hint: str) -> pl.DataFrame:
 
 
 def _bare_kinds(cand: pl.DataFrame) -> pl.DataFrame:
-    """Unprefixed printable-ASCII candidates (``_row``, ``line``, ``text``) -> the bulk lines
-    among them (``_row``, BULK_COLUMNS; ``ts`` null, ``rank`` empty, ``msg`` the whole line):
-    no anchor of the prefix finder in them, and no rule or a bulk rule first (most match none:
-    one polars pass over all of them; ``_first_rules`` reads the others)."""
+    """Unprefixed candidates (``_row``, ``line``, ``text``) -> the bulk lines among them
+    (``_row``, BULK_COLUMNS; ``ts`` null, ``rank`` empty, ``msg`` the whole line): plain
+    printable ASCII with a non-blank character, no anchor of the prefix finder in them, and no
+    rule or a bulk rule first. Most are plain and match no rule: one regex pass (``_BARE_ODD``)
+    finds the others, which the tests one by one read; ``_first_rules`` those a rule matches."""
     t = pl.col("text")
-    cand = cand.filter(~t.str.contains(_BARE_ANCHORS) & ~t.str.contains_any(_BARE_NEEDS))
-    if cand.is_empty():
-        return cand
+    odd = cand.select(t.str.contains(_BARE_ODD)).to_series()
+    kind = pl.repeat(UNKNOWN, len(cand), eager=True)
+    keep = None
+    if odd.any():
+        at = odd.arg_true()
+        tests = cand.filter(odd).select(
+            (
+                t.str.contains(_BARE) & ~t.str.contains(_BARE_ANCHORS) & ~t.str.contains(_NEEDS_RX)
+            ).alias("ok"),
+            t.str.contains(_ANY_RULE).alias("ruled"),
+        )
+        kind = kind.scatter(at.filter(tests["ruled"]), None)
+        keep = pl.repeat(True, len(cand), eager=True).scatter(at.filter(~tests["ok"]), False)
     cand = cand.select(
         "_row",
         "line",
         pl.lit(None, pl.String).alias("ts"),
         pl.lit("").alias("rank"),
         t.alias("msg"),
-        pl.when(~t.str.contains(_ANY_RULE)).then(pl.lit(UNKNOWN)).alias("kind"),
+        kind.alias("kind"),
     )
-    return _rest_by_rules(cand)
+    return _rest_by_rules(cand if keep is None else cand.filter(keep))
 
 
 def _rest_by_rules(cand: pl.DataFrame) -> pl.DataFrame:
     """The candidates whose ``kind`` the vectorised test left null get it from ``_first_rules``;
     those still without one (a rule that is not a bulk rule: the Python path's) are dropped."""
-    if not cand["kind"].null_count():
+    kind = cand["kind"]
+    if not kind.null_count():
         return cand
-    ruled = cand.with_row_index("_c").filter(pl.col("kind").is_null())
-    found = _first_rules(ruled.select("_c", "msg"))
-    if not found.is_empty():
-        cand = cand.with_columns(cand["kind"].scatter(found["_c"], found["kind"]))
-    return cand.filter(pl.col("kind").is_not_null())
+    at = kind.is_null().arg_true()
+    kind = kind.scatter(at, _first_rules(cand["msg"].gather(at)))
+    cand = cand.with_columns(kind)
+    return cand.filter(kind.is_not_null()) if kind.null_count() else cand
 
 
 def _kind_of(msg: str) -> str | None:
@@ -160,20 +179,20 @@ def _kind_of(msg: str) -> str | None:
     return found[0].name if found[0].inert else None
 
 
-def _first_rules(lines: pl.DataFrame) -> pl.DataFrame:
-    """Lines (``_c``, ``msg``) -> (``_c``, ``kind``) of the bulk lines among them: a blank
-    message is not one; else the first rule of the table that matches it is a bulk rule, or
-    none matches (``unknown``). Few lines by ``find_rule``; many in polars: the first bulk
-    rule that matches, and no earlier rule."""
-    if len(lines) <= PYTHON_MAX:
-        kinds = [(c, k) for c, msg in lines.iter_rows() if (k := _kind_of(msg)) is not None]
-        return pl.DataFrame(kinds, schema={"_c": pl.UInt32, "kind": pl.String}, orient="row")
+def _first_rules(msgs: pl.Series) -> pl.Series:
+    """Messages -> the kind of each that is a bulk line, else null: a blank message is not one;
+    else the first rule of the table that matches it is a bulk rule, or none matches
+    (``unknown``). Few lines by ``find_rule``; many in polars: the first bulk rule that
+    matches, and no earlier rule."""
+    if len(msgs) <= PYTHON_MAX:
+        return pl.Series("kind", [_kind_of(msg) for msg in msgs.to_list()], dtype=pl.String)
     m = pl.col("msg")
     first = pl.lit(None, dtype=pl.Int32)
     for i in reversed(range(len(BULK_RULES))):  # the first bulk rule that matches
         first = pl.when(m.str.contains(BULK_RULES[i][1])).then(pl.lit(i, pl.Int32)).otherwise(first)
+    lines = msgs.to_frame("msg").with_row_index("_c")
     lines = lines.filter(m.str.strip_chars() != "").with_columns(first.alias("_first"))
-    kept = [lines.clear().select("_c", pl.lit(None, pl.String).alias("kind"))]
+    kinds = pl.repeat(None, len(msgs), dtype=pl.String, eager=True).alias("kind")
     for (i,), group in lines.group_by("_first"):
         if i is None:  # no bulk rule: a bulk line only if no rule at all matches
             kind, before = UNKNOWN, _ANY_RULE
@@ -181,8 +200,8 @@ def _first_rules(lines: pl.DataFrame) -> pl.DataFrame:
             kind, _, before = BULK_RULES[i]
         if before is not None:  # and no earlier rule matches (the table's order)
             group = group.filter(~m.str.contains(before))
-        kept.append(group.select("_c", pl.lit(kind).alias("kind")))
-    return pl.concat(kept)
+        kinds = kinds.scatter(group["_c"], kind)
+    return kinds
 
 
 def _prefixed(lines: pl.DataFrame, date_hint: str) -> pl.DataFrame:
