@@ -109,7 +109,7 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     if not pre.all():
         # an unprefixed candidate is never a prefixed one (it holds no anchor) and is ASCII: on
         # a non-ASCII line, the Unicode `\b` of some rules makes polars' regex leave its DFA
-        # for a slower engine (a 9,960-byte line: ms), and such a line is never bulk anyway
+        # for a slower engine (_ANY_RULE on a 228 KB progress line of the real corpus: 146 ms)
         ascii_ = t.str.len_chars() == t.str.len_bytes()
         parts.append(_bare_kinds(rows.filter(~pre & short & ascii_)))
     parts = [p for p in parts if not p.is_empty()]
