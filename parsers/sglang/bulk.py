@@ -99,8 +99,9 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     ``ts`` (the timestamp text the Python path reads: ``text.ts_of``; null on an unprefixed
     line), ``rank`` and ``msg`` (the message after the prefix). Its kind is the first rule of
     the table that matches it: the hot rule's lines are those its pattern matches and no
-    earlier rule's does; the others go through ``_first_rules``. (A chunk has a few thousand
-    such lines, and each polars call costs ~0.1 ms whatever its rows: the calls are few.)"""
+    earlier rule's does; the others go through ``_first_rules``. (A polars call costs
+    ~0.02-0.05 ms, and each regex pass ~1-3 ns a byte of the rows it sees, whatever its
+    alternatives: the passes are few, each over the rows left.)"""
     t = pl.col("text")
     short = t.str.len_bytes() <= max_line
     rows = other.with_row_index("_row")
