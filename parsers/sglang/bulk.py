@@ -82,13 +82,14 @@ GAP_COLUMNS = ("line", "ts", "rank", "msg")  # what the parser reads of a gap's 
 # the bulk rule of most of a busy server's bulk lines (uvicorn's access lines): tested in
 # polars on every candidate; the lines it leaves are classified by ``_first_rules``
 _HOT = next(r for r in BULK_RULES if r[0] in ACCESS)
-# up to this many lines left by the hot rule, of up to this many bytes in all, are classified
-# by the rule table's own matcher (find_rule: ~2 us a line of 100 bytes, ~0.1 us a byte more,
-# its floating rules searched at every position); more by polars (a regex pass per bulk rule
-# and one per group: ~1.5 ms whatever the rows, then ~0.04 us a byte). On the real corpus
-# (80 calls, 13,488 lines, 2.3 MB): 283 ms by lines alone, 165 ms with the bytes as well.
+# up to this many lines left by the hot rule, of up to this many characters in all, are
+# classified by the rule table's own matcher (find_rule: ~2 us a line of 100 bytes, ~0.1 us a
+# byte more: its floating rules are searched at every position); more by polars (a regex pass
+# per bulk rule and one per group: ~1.5 ms whatever the rows, then ~0.04 us a byte). On the
+# real corpus (80 calls, 13,488 lines, 2.3 MB): 283 ms by lines alone, 165 ms with the
+# characters as well.
 PYTHON_MAX = 1_000
-PYTHON_MAX_BYTES = 32_000
+PYTHON_MAX_CHARS = 32_000
 
 
 def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -117,6 +118,8 @@ def split(other: pl.DataFrame, date_hint: str, max_line: int) -> tuple[pl.DataFr
     if not parts:
         return empty(), other
     cand = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line")
+    if len(cand) == len(other):  # (a busy server's usual chunk: every line bulk)
+        return cand.select(BULK_COLUMNS), other.clear()
     rest = other.filter(pl.repeat(True, len(other), eager=True).scatter(cand["_row"], False))
     return cand.select(BULK_COLUMNS), rest
 
@@ -192,8 +195,10 @@ def _first_rules(msgs: pl.Series) -> pl.Series:
     else the first rule of the table that matches it is a bulk rule, or none matches
     (``unknown``). Few lines by ``find_rule``; many in polars: the first bulk rule that
     matches, and no earlier rule."""
-    if len(msgs) <= PYTHON_MAX and (msgs.str.len_bytes().sum() or 0) <= PYTHON_MAX_BYTES:
-        return pl.Series("kind", [_kind_of(msg) for msg in msgs.to_list()], dtype=pl.String)
+    if len(msgs) <= PYTHON_MAX:
+        few = msgs.to_list()
+        if sum(map(len, few)) <= PYTHON_MAX_CHARS:
+            return pl.Series("kind", [_kind_of(msg) for msg in few], dtype=pl.String)
     m = pl.col("msg")
     first = pl.lit(None, dtype=pl.Int32)
     for i in reversed(range(len(BULK_RULES))):  # the first bulk rule that matches
@@ -227,8 +232,8 @@ def _prefixed(lines: pl.DataFrame, date_hint: str) -> pl.DataFrame:
         t.str.slice(cut + 2).alias("msg"),
         plain.all().alias("_plain"),
     )
-    if fast["_plain"][0]:
-        return fast.drop("_plain")
+    if fast.drop_in_place("_plain")[0]:  # (in place: no polars call)
+        return fast
     g = t.str.extract_groups(_PREFIX)
     d, clock, frac = g.struct.field("1"), g.struct.field("2"), g.struct.field("3")
     ts = (
