@@ -26,6 +26,8 @@ class Between:
         to the sequential state: a prefixed bulk line closes an open traceback, unprefixed
         ones may continue it (``_gap``); if the prefix finder learns a transport prefix on the
         way, the lines after go through Python too. -> the bulk lines that stayed bulk."""
+        if rare.is_empty() and self._tb is None:  # (a busy server's usual chunk: no walk)
+            return quick
         gaps = bulk_.gaps(quick, rare)
         done = 0  # the last line handled
         taken: list[int] = []  # bulk lines the Python path read instead (``_gap``)
