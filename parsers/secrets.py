@@ -13,6 +13,8 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
+from forensics_parsers.secret_search import Text, compiled, leading_literals, matches, sub
+
 if TYPE_CHECKING:  # polars only for ``redact_lines``: the rest runs on a bare python3 (a
     import polars as pl  # launch's host runs this module's source: launcher/scrub.py)
 
@@ -30,6 +32,9 @@ SECRET_KEY = (
     r"access_key(?:_id)?|[A-Za-z_]*private_key)"
 )
 SECRET_KEYS = re.compile(r"(?i)^" + SECRET_KEY + r"$")
+# one of these is in every key of SECRET_KEY (``RULES``' literals)
+KEY_LITERALS = ("api", "_token", "-token", "pass", "_pwd", "secret", "authorization", "cookie")
+KEY_LITERALS += ("access_key", "private_key")
 # the same keys as command-line flags (`--api-key`, `--ssl-keyfile-password`, `--hf-token`)
 SECRET_FLAG = (
     r"(?:[a-z-]*api-key|[a-z-]*-token|hf-token|token|[a-z-]*password[a-z-]*|[a-z-]*passwd|"
@@ -95,11 +100,15 @@ _TOKEN_COUNT = (
     r"(?:[\s,;)}\]]|$))"
 )
 
-# (name, pattern): the whole match, or its group `v` when it has one, is the secret.
-RULES: list[tuple[str, str]] = [
+
+# (name, literals, pattern): the whole match, or its group `v` when it has one, is the secret.
+# Every match holds one of the literals (lower case where the pattern ignores case): a text
+# without any is not searched by that rule (parsers/secret_search.py); () searches every text.
+RULES: list[tuple[str, tuple[str, ...], str]] = [
     # key=value / key: value with a secret key; None, '' and booleans are not secrets
     (
         "secret_key_value",
+        KEY_LITERALS,
         # (a key right after `/` is a path's last name: `…/api_key=X.log` is a key, but
         # `/etc/passwd: no such file` a message's separator: only `=` follows it there)
         r"(?i)(?:(?<=/)(?P<path>)|(?<![\w/-]))(?P<q>['\"]?)"
@@ -118,6 +127,7 @@ RULES: list[tuple[str, str]] = [
     # `token=128`) nor a word of a sentence
     (
         "bare_token",
+        ("token",),
         r"(?i)(?<![\w#/.-])(?P<q>['\"]?)token(?P=q)\s*(?:=(?!=)|:)\s*"
         + _NOT_A_VALUE
         + r"(?!\s*['\"]?\d+(?:\.\d+)?['\"]?(?:[\s,;)}\]]|$))(?!\\['\"])"
@@ -127,11 +137,13 @@ RULES: list[tuple[str, str]] = [
     # credential-shaped word (`WANDB_API_KEY 0a1b…`; `HF_TOKEN to enable` is a sentence)
     (
         "secret_key_space",
+        (*KEY_LITERALS, "token"),
         r"(?i)(?<![\w/#.-])(?:" + SECRET_KEY + r"|token)[ \t]+(?P<v>" + _CREDENTIAL + r")",
     ),
     # a secret flag on a command line: `--api-key X`, `--admin-api-key=X`, `--hf-token X`
     (
         "secret_flag",
+        ("--",),
         r"(?i)(?<![\w-])--(?=[a-z])"
         + SECRET_FLAG
         + r"(?:=|\s+)(?!-)(?P<v>'[^'\n]*'|\"[^\"\n]*\"|[^\s'\"]+)",
@@ -140,35 +152,51 @@ RULES: list[tuple[str, str]] = [
     # (after `_` too: a file name `sglang_hf_X.log`; `use_hf_transfer` has no token's shape)
     (
         "hf_token",
+        ("hf_",),
         r"(?<![A-Za-z0-9-])hf_(?:(?=[A-Za-z0-9]*[A-Z0-9])[A-Za-z0-9]{4,}|[a-z]{16,})(?![\w-])",
     ),
-    ("hf_org_token", r"(?<![\w-])api_org_[A-Za-z0-9]{6,}"),
-    ("openai_key", r"(?<![\w-])sk-[A-Za-z0-9_\-]{16,}"),
+    ("hf_org_token", ("api_org_",), r"(?<![\w-])api_org_[A-Za-z0-9]{6,}"),
+    ("openai_key", ("sk-",), r"(?<![\w-])sk-[A-Za-z0-9_\-]{16,}"),
     # provider tokens recognisable by their prefix alone
     (
         "aws_key_id",
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA"),
         r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Za-z0-9])",
     ),
-    ("github_token", r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
-    ("gitlab_token", r"(?<![\w-])glpat-[A-Za-z0-9_\-]{20,}"),
-    ("slack_token", r"(?<![\w-])xox[abposr]-[A-Za-z0-9\-]{10,}"),
-    ("google_api_key", r"(?<![\w-])AIza[0-9A-Za-z_\-]{35}"),
-    ("jwt", r"(?<![\w-])eyJ[A-Za-z0-9_\-]{6,}\.eyJ[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9_\-]{6,}"),
+    (
+        "github_token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        r"(?<![\w-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})",
+    ),
+    ("gitlab_token", ("glpat-",), r"(?<![\w-])glpat-[A-Za-z0-9_\-]{20,}"),
+    ("slack_token", ("xox",), r"(?<![\w-])xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("google_api_key", ("AIza",), r"(?<![\w-])AIza[0-9A-Za-z_\-]{35}"),
+    (
+        "jwt",
+        ("eyJ",),
+        r"(?<![\w-])eyJ[A-Za-z0-9_\-]{6,}\.eyJ[A-Za-z0-9_\-]{6,}\.[A-Za-z0-9_\-]{6,}",
+    ),
     # a PEM private key on one line (BEGIN … END, or BEGIN to the end of the line)
     (
         "private_key",
+        ("PRIVATE KEY-----",),
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?P<v>.+?)(?=-----END [A-Z ]*PRIVATE KEY-----|$)",
     ),
-    ("bearer", r"(?i)(?<![\w-])Bearer\s+(?P<v>[A-Za-z0-9._\-+/=~]{6,})"),
+    ("bearer", ("bearer",), r"(?i)(?<![\w-])Bearer\s+(?P<v>[A-Za-z0-9._\-+/=~]{6,})"),
     # credentials in URLs: scheme://user:password@host
-    ("url_password", r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
+    ("url_password", ("://",), r"(?<=://)[^/\s:@'\"]*:(?P<v>[^/\s@'\"]+)(?=@)"),
     # the same without a scheme, an ssh-style address: user:password@host
     # (not the word after a mark's `«`: `«redacted:…»@` is a mark already)
-    ("address_password", r"(?<![\w/:@.%*«-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])"),
+    (
+        "address_password",
+        ("@",),
+        r"(?<![\w/:@.%*«-])[A-Za-z0-9._~-]+:(?P<v>[^\s/@:'\"]+)@(?=[\w\[])",
+    ),
     # a query parameter that carries a credential (`?api_key=`, `&sig=`, an S3 presigned URL's
     # `X-Amz-Signature=`, `X-Amz-Security-Token=`, `X-Amz-Credential=`, `?password=`)
     (
         "query_token",
+        ("?", "&"),
         r"(?i)[?&](?:key|sig|[\w.-]*(?:token|api_key|signature|secret|passw(?:or)?d|credential))="
         r"(?P<v>[^&\s'\"]+)",
     ),
@@ -176,6 +204,7 @@ RULES: list[tuple[str, str]] = [
     *(
         (
             "option_" + name,
+            leading_literals(programs),
             r"(?<![\w-])(?:"
             + programs
             + r")(?![\w-])(?:\s+[^\s;&|]+)*?\s+"
@@ -185,7 +214,10 @@ RULES: list[tuple[str, str]] = [
         for name, programs, option in SECRET_OPTIONS
     ),
 ]
-_RULES = [(n, re.compile(p)) for n, p in RULES]
+# every match of these starts at a word holding a literal of theirs, or at the quote before it
+# (their keys are words, and none follows a word character: their look-behinds)
+WORD_RULES = ("secret_key_value", "bare_token", "secret_key_space")
+_RULES = compiled(RULES, WORD_RULES)
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
@@ -246,10 +278,12 @@ def redact(text: str) -> str:
     forms (``ESCAPES``: JSON- or shell-escaped quotes, URL-encoded)."""
     if "\n" in text and _PEM_BEGIN in text:
         return "\n".join(pem_lines([redact(t) for t in text.split("\n")])[0])
-    text = _redact_escaped(text)
-    for _, rx in _RULES:
-        text = rx.sub(_sub, text)
-    return text
+    t = Text(_redact_escaped(text))
+    for rule in _RULES:
+        new = sub(rule, _sub, t)
+        if new is not t.text:  # (a mark: the rules after it search the text as it is now)
+            t = Text(new)
+    return t.text
 
 
 # Escaped forms of a text (one mechanism for all of them): each row decodes one escape
@@ -395,8 +429,9 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
 
 def _plain_spans(text: str) -> list[tuple[int, int]]:
     spans = []
-    for _, rx in _RULES:
-        for m in rx.finditer(text):
+    t = Text(text)
+    for rule in _RULES:
+        for m in matches(rule, t):
             v = m.groupdict().get("v")
             if not v:
                 spans.append(m.span())

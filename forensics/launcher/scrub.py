@@ -9,7 +9,7 @@ host that masks each file's new complete lines as they are written, for as long 
 launch's processes live: until the supervisor has exited and the server's process group is
 gone, so what a server prints after the launch concluded is masked too. Both run this
 module's code: in this process for this machine; on a remote host as one self-contained
-python3 script (``follower_script``: this module's and the parser's secrets module's own
+python3 script (``follower_script``: this module's and the parser's secrets modules' own
 source; nothing of forensics needs to be installed there). The wrapper and the chain text
 (which must run with the real values) are removed by the supervisor once it has read them
 (``wrapper.build_supervisor``).
@@ -235,14 +235,14 @@ def main(argv: list[str]) -> int:
 
 
 def follower_script() -> str:
-    """The follower as one self-contained python3 script: the parser's secrets module and
+    """The follower as one self-contained python3 script: the parser's secrets modules and
     this one, from their own source (one implementation on every host)."""
     import inspect
 
-    from forensics_parsers import secrets
+    from forensics_parsers import secret_search, secrets
 
-    sources = [("forensics_parsers.secrets", inspect.getsource(secrets)),
-               ("forensics_scrub", inspect.getsource(sys.modules[__name__]))]  # fmt: skip
+    sources = [(m.__name__, inspect.getsource(m)) for m in (secret_search, secrets)]
+    sources.append(("forensics_scrub", inspect.getsource(sys.modules[__name__])))
     return (
         "import sys, types\n"
         "pkg = types.ModuleType('forensics_parsers'); pkg.__path__ = []\n"
