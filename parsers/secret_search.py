@@ -1,10 +1,11 @@
 """How ``secrets.RULES`` are searched in a text: the matches ``finditer`` gives, found cheaply.
 
 Each rule's row names literals one of which every match of it holds: a rule is not searched in
-a text without any (most log lines hold none of most rules'). A rule whose matches all start
-at a word (a run of ``[\\w-]``) holding one of its literals, or at the character before the
-word (a quote), is tried there only (``WordRule``): the key rules, whose literals (`_token`,
-`token`) a server log holds on many lines (`max_new_tokens`), cost the most searched whole.
+a text without any (most log lines hold none of most rules'). Where its matches start is known
+for most rules (``STARTS``): at a literal of theirs (`--` of a flag, `sk-`, a program's name),
+right after one (`://`), or at a word (a run of ``[\\w-]``) holding one, or the quote before
+it (the key rules: `_token` is on many lines of a server log, `max_new_tokens`); such a rule
+is tried there only, not at every character of the text.
 
 Only the standard library: a launch's host runs this source with ``secrets``' (scrub.py).
 """
@@ -16,8 +17,10 @@ from typing import NamedTuple
 
 # the letters a pattern that ignores case takes for ASCII ones, which ``lower`` does not make
 # them (`ı`, `ſ`; `İ` lowers to `i` and a combining dot): a literal is sought past them too
-_FOLD = str.maketrans({"\u0131": "i", "\u017f": "s", "\u0307": None})
-_WORD_BACK = re.compile(r"[\w-]*")  # (on the text reversed: the word before a place)
+FOLD = (("\u0131", "i"), ("\u017f", "s"), ("\u0307", ""))
+_WORD = re.compile(r"[\w-]*")  # (on the text reversed too: the word before a place)
+STARTS = ("at", "after", "word")  # where a rule's matches start (None: anywhere)
+DENSE = 16  # a literal every DENSE characters or closer: the text is searched whole
 
 
 class Rule(NamedTuple):
@@ -26,23 +29,21 @@ class Rule(NamedTuple):
     rx: re.Pattern[str]
     literals: tuple[str, ...]  # () : searched in every text
     folded: bool  # the pattern ignores case: its literals (lower case) are sought folded
-    words: re.Pattern[str] | None  # its literals, where its matches start at a word only
+    start: str | None  # one of STARTS: where its matches start, relative to its literals
 
 
-def compiled(
-    rules: list[tuple[str, tuple[str, ...], str]], at_words: tuple[str, ...]
-) -> list[Rule]:
-    """``rules`` (name, literals, pattern) compiled; ``at_words``: the names of those whose
-    every match starts at a word holding one of their literals, or the character before it."""
+def compiled(rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, str]) -> list[Rule]:
+    """``rules`` (name, literals, pattern) compiled; ``starts``: by name, where the matches of
+    a rule start (``STARTS``), for those known."""
     out = []
     for name, literals, pattern in rules:
         folded = pattern.startswith("(?i)")
         assert not folded or all(w == w.lower() for w in literals), name
-        words = None
-        if name in at_words:
-            assert literals and all(re.fullmatch(r"[\w-]+", w) for w in literals), name
-            words = re.compile("|".join(map(re.escape, literals)))
-        out.append(Rule(re.compile(pattern), literals, folded, words))
+        start = starts.get(name)
+        assert start is None or (start in STARTS and literals), name
+        if start == "word":
+            assert all(re.fullmatch(r"[\w-]+", w) for w in literals), name
+        out.append(Rule(re.compile(pattern), literals, folded, start))
     return out
 
 
@@ -74,13 +75,17 @@ class Text:
         self.text = text
         self._low: str | None = None
         self._rev: str | None = None
+        self._found: dict[int, list[re.Match[str]]] = {}  # by id(rule)
+        self._places: dict[tuple[str, bool], list[int]] = {}
 
     @property
     def low(self) -> str:
-        """The text folded: lower case, ``_FOLD``'s letters as the ASCII ones they match."""
+        """The text folded: lower case, ``FOLD``'s letters as the ASCII ones they match."""
         if self._low is None:
-            low = self.text.lower()
-            self._low = low if low.isascii() else low.translate(_FOLD)
+            self._low = self.text.lower()
+            if not self._low.isascii():
+                for letter, ascii_ in FOLD:
+                    self._low = self._low.replace(letter, ascii_)
         return self._low
 
     def aligned(self) -> bool:
@@ -88,34 +93,66 @@ class Text:
         one `i`; a combining dot of the text's own is dropped)."""
         return len(self.low) == len(self.text) and "\u0307" not in self.text
 
+    def places(self, literal: str, folded: bool) -> list[int]:
+        """Every place ``literal`` starts at in the text (``folded``: in ``low``)."""
+        got = self._places.get((literal, folded))
+        if got is None:
+            hay = self.low if folded else self.text
+            got, at = [], hay.find(literal)
+            while at >= 0:
+                got.append(at)
+                at = hay.find(literal, at + 1)
+            self._places[literal, folded] = got
+        return got
+
     def word_start(self, at: int) -> int:
         """Where the word (``[\\w-]*``) that ends at ``at`` begins."""
         if self._rev is None:
             self._rev = self.text[::-1]
-        back = _WORD_BACK.match(self._rev, len(self.text) - at)
+        back = _WORD.match(self._rev, len(self.text) - at)
         return at - (back.end() - back.start())
 
 
 def matches(rule: Rule, t: Text) -> list[re.Match[str]]:
-    """``rule.rx.finditer(t.text)``, as a list: [] where no literal of the rule is in the text;
-    a word rule tried only where its matches may start."""
+    """``rule.rx.finditer(t.text)``, as a list (kept with ``t``)."""
+    found = t._found.get(id(rule))
+    if found is None:
+        found = t._found[id(rule)] = _matches(rule, t)
+    return found
+
+
+def _matches(rule: Rule, t: Text) -> list[re.Match[str]]:
+    """[] where no literal of the rule is in the text; tried only where a match may start,
+    where the rule's ``start`` says."""
     hay = t.low if rule.folded else t.text
-    if rule.literals and not any(w in hay for w in rule.literals):
+    if rule.literals and not any(map(hay.__contains__, rule.literals)):
         return []
-    if rule.words is None or (rule.folded and not t.aligned()):
+    starts = _starts(rule, t) if rule.start and (t.aligned() or not rule.folded) else None
+    if starts is None:
         return list(rule.rx.finditer(t.text))
     out: list[re.Match[str]] = []
-    end = word_end = 0  # where the last match ended; where the last word tried ended
-    for lit in rule.words.finditer(hay):
-        if lit.start() < word_end:
-            continue  # the word of the last literal: tried
-        start = t.word_start(lit.start())
-        word_end = _WORD_BACK.match(t.text, lit.start()).end()
-        for at in (start - 1, start):
-            m = rule.rx.match(t.text, at) if at >= end and at >= 0 else None
-            if m:
-                out.append(m)
-                end = m.end()
+    end = 0  # where the last match ended: the next starts there or after
+    for at in starts:
+        m = rule.rx.match(t.text, at) if at >= end else None
+        if m:
+            out.append(m)
+            end = m.end()
+    return out
+
+
+def _starts(rule: Rule, t: Text) -> list[int] | None:
+    """Where a match of ``rule`` may start in ``t``, in order; None where literals are dense."""
+    places = {(at, len(w)) for w in rule.literals for at in t.places(w, rule.folded)}
+    if len(places) * DENSE > len(t.text):
+        return None
+    if rule.start != "word":
+        return sorted({at + (n if rule.start == "after" else 0) for at, n in places})
+    out, word_end = [], 0  # where the last word tried ended
+    for at, _ in sorted(places):
+        if at >= word_end:  # (not in the word of the last literal: that one is tried)
+            start = t.word_start(at)
+            out += [start - 1, start] if start else [start]
+            word_end = _WORD.match(t.text, at).end()
     return out
 
 

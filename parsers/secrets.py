@@ -179,7 +179,7 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     # a PEM private key on one line (BEGIN … END, or BEGIN to the end of the line)
     (
         "private_key",
-        ("PRIVATE KEY-----",),
+        ("-----BEGIN ",),
         r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?P<v>.+?)(?=-----END [A-Z ]*PRIVATE KEY-----|$)",
     ),
     ("bearer", ("bearer",), r"(?i)(?<![\w-])Bearer\s+(?P<v>[A-Za-z0-9._\-+/=~]{6,})"),
@@ -214,10 +214,16 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
         for name, programs, option in SECRET_OPTIONS
     ),
 ]
-# every match of these starts at a word holding a literal of theirs, or at the quote before it
-# (their keys are words, and none follows a word character: their look-behinds)
-WORD_RULES = ("secret_key_value", "bare_token", "secret_key_space")
-_RULES = compiled(RULES, WORD_RULES)
+# Where the matches of a rule start, for the search (parsers/secret_search.py; a rule not named
+# here: anywhere): at a literal of theirs (the pattern begins with it, after a look-behind),
+# right after one, or at a word holding one (a key: a look-behind refuses a word character
+# before it), or at the quote before that word
+_AT = ["secret_flag", "hf_token", "hf_org_token", "openai_key", "aws_key_id", "github_token",
+       "gitlab_token", "slack_token", "google_api_key", "jwt", "private_key", "bearer",
+       "query_token", *("option_" + name for name, _, _ in SECRET_OPTIONS)]  # fmt: skip
+STARTS = {**dict.fromkeys(_AT, "at"), "url_password": "after"}  # (python3 of any launch host)
+STARTS.update(dict.fromkeys(["secret_key_value", "bare_token", "secret_key_space"], "word"))
+_RULES = compiled(RULES, STARTS)
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
@@ -278,7 +284,9 @@ def redact(text: str) -> str:
     forms (``ESCAPES``: JSON- or shell-escaped quotes, URL-encoded)."""
     if "\n" in text and _PEM_BEGIN in text:
         return "\n".join(pem_lines([redact(t) for t in text.split("\n")])[0])
-    t = Text(_redact_escaped(text))
+    t = Text(text)
+    escaped = _redact_escaped(t)
+    t = t if escaped == text else Text(escaped)
     for rule in _RULES:
         new = sub(rule, _sub, t)
         if new is not t.text:  # (a mark: the rules after it search the text as it is now)
@@ -337,15 +345,16 @@ def _views(text: str) -> list[tuple[str, list[int]]]:
     return levels[1:] + joined
 
 
-def _escaped_spans(text: str) -> list[tuple[int, int, str]]:
-    """Secrets of ``text`` found only in an escaped form: (start, end, the decoded value).
+def _escaped_spans(t: Text) -> list[tuple[int, int, str]]:
+    """Secrets of ``t`` found only in an escaped form: (start, end, the decoded value).
     A span that overlaps one found before it (plainly, or in an earlier view) is left out."""
+    text = t.text
     if "\\" not in text and "%" not in text and not _LIST_ITEMS.search(text):
         return []
-    taken = _plain_spans(text)
+    taken = _plain_spans(t)
     found: list[tuple[int, int, str]] = []
     for view, at in _views(text):
-        for s, e in _plain_spans(view):
+        for s, e in _plain_spans(Text(view)):
             span = (at[s], at[e])
             if span[0] < span[1] and not any(a < span[1] and span[0] < b for a, b in taken):
                 taken.append(span)
@@ -353,8 +362,9 @@ def _escaped_spans(text: str) -> list[tuple[int, int, str]]:
     return sorted(found)
 
 
-def _redact_escaped(text: str) -> str:
-    for s, e, value in reversed(_escaped_spans(text)):
+def _redact_escaped(t: Text) -> str:
+    text = t.text
+    for s, e, value in reversed(_escaped_spans(t)):
         text = text[:s] + redact_value(value) + text[e:]
     return text
 
@@ -424,12 +434,12 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     """Where ``redact`` finds a secret in ``text`` (one line): the (start, end) of each value,
     by the same RULES (quotes and an Authorization scheme word left out, as ``_sub`` does),
     in its plain and its escaped forms (``ESCAPES``)."""
-    return _plain_spans(text) + [(s, e) for s, e, _ in _escaped_spans(text)]
-
-
-def _plain_spans(text: str) -> list[tuple[int, int]]:
-    spans = []
     t = Text(text)
+    return _plain_spans(t) + [(s, e) for s, e, _ in _escaped_spans(t)]
+
+
+def _plain_spans(t: Text) -> list[tuple[int, int]]:
+    spans, text = [], t.text
     for rule in _RULES:
         for m in matches(rule, t):
             v = m.groupdict().get("v")

@@ -12,6 +12,7 @@ from pathlib import Path
 from unittest import mock
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,20 +105,24 @@ def _spans(found: list[re.Match[str]]) -> list[tuple[int, int]]:
 LIKE_A_LOG = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def test_each_rule_finds_what_it_finds_searching_the_whole_text_on_every_spelling():
+@pytest.mark.parametrize("dense", [secret_search.DENSE, 10**9])
+def test_each_rule_finds_what_it_finds_searching_the_whole_text_on_every_spelling(dense):
+    """(dense: also where literals close together would have the text searched whole)"""
     glued = [j + w + k for j in JOINS for w in SPELLINGS + KEYS for k in ("", "x", "-", " ")]
-    for s in FRAGMENTS + PAIRS + glued + [p + " " + q for p, q in zip(PAIRS, reversed(PAIRS))]:
-        t = Text(s)
-        for rule in secrets._RULES:
-            assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), (s, rule.rx.pattern)
+    with mock.patch.object(secret_search, "DENSE", dense):
+        for s in FRAGMENTS + PAIRS + glued + [p + " " + q for p, q in zip(PAIRS, PAIRS[::-1])]:
+            t = Text(s)
+            for rule in secrets._RULES:
+                assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), (s, rule.rx.pattern)
 
 
 @LIKE_A_LOG
-@given(text)
-def test_each_rule_finds_what_it_finds_searching_the_whole_text(s):
+@given(text, st.sampled_from([secret_search.DENSE, 10**9]))
+def test_each_rule_finds_what_it_finds_searching_the_whole_text(s, dense):
     t = Text(s)
-    for rule in secrets._RULES:
-        assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), rule.rx.pattern[:60]
+    with mock.patch.object(secret_search, "DENSE", dense):
+        for rule in secrets._RULES:
+            assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), rule.rx.pattern[:60]
 
 
 @LIKE_A_LOG
