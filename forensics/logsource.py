@@ -203,6 +203,12 @@ def _encoding_of(head: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
+# every byte but the control bytes text does not have (it may have tab, newlines, form feed,
+# CR and ESC): looks_binary deletes these to count the others (a loop in Python over the
+# head cost ~0.1 ms a file)
+_NOT_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 27 or 27 < b < 32))
+
+
 def looks_binary(head: bytes) -> bool:
     """True for a head that is not text: NUL-heavy (not just NUL padding) or control bytes."""
     if not head:
@@ -212,7 +218,7 @@ def looks_binary(head: bytes) -> bool:
     # a NUL-padded tail is handled by the parser (P10); a NUL-heavy head is a binary file
     if nul > len(sample) * 0.3 and sample.strip(b"\x00"):
         return True
-    ctrl = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    ctrl = len(sample.translate(None, _NOT_CONTROL))  # the control bytes it has
     if ctrl > len(sample) * 0.1:
         return True
     # random or encrypted bytes: a log with a few bad bytes (P09) is mostly valid UTF-8

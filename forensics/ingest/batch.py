@@ -314,7 +314,11 @@ class _Batch:
         self.written(table, name, df)
 
     def stored_inodes(self, tx: Any) -> dict:
-        """The inode index of the sources committed before this batch (built once)."""
+        """The inode index of the sources committed before this batch (built once: ``tx``
+        may be the transaction or its ``_Deferring`` view, one index for both; rebuilt per
+        file, it cost O(sources) each, ~5 ms a file at 1,000 unchanged files)."""
+        if isinstance(tx, _Deferring):
+            tx = tx.tx
         if self._inodes is None or self._inodes[0] is not tx:
             self._inodes = (tx, _inode_index(tx))
         return self._inodes[1]

@@ -1,0 +1,64 @@
+"""An unchanged re-ingest stays cheap as files add up (issue 15, "Unchanged re-ingest"): the
+inode index of the stored sources is built once per transaction in a parallel ingest too, and
+a small file is hashed without a thread of its own; the outcome is the same."""
+
+from __future__ import annotations
+
+import shutil
+
+import forensics.ingest.batch as batch_mod
+import forensics.ingest.hashing as hashing
+from forensics.ingest import ingest
+from forensics.store import Store
+from tests.conftest import FIXTURES
+
+LOGS = ("sglang_eagle3_cg_5dt.log", "sglang_two_launches.log", "sglang_fail_capture.log")
+
+
+def _logs(tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    for name in LOGS:
+        shutil.copy(FIXTURES / name, d / name)
+    return d
+
+
+def test_parallel_reingest_builds_the_inode_index_once(tmp_path, monkeypatch):
+    d = _logs(tmp_path)
+    store = Store.open(tmp_path / "store")
+    first = ingest(store, [str(d)], jobs=2)
+    assert sorted(f.status for f in first.files) == ["new"] * len(LOGS)
+    built = []
+    real = batch_mod._inode_index
+
+    def counted(tx):
+        built.append(tx)
+        return real(tx)
+
+    monkeypatch.setattr(batch_mod, "_inode_index", counted)
+    again = ingest(store, [str(d)], jobs=2)
+    assert [f.status for f in again.files] == ["unchanged"] * len(LOGS)
+    assert [f.runs for f in again.files] == [f.runs for f in first.files]
+    assert len(built) == 1  # one transaction: one index (was two a file)
+
+
+def test_small_unchanged_files_are_hashed_without_a_thread(tmp_path, monkeypatch):
+    d = _logs(tmp_path)
+    store = Store.open(tmp_path / "store")
+    ingest(store, [str(d)], jobs=1)
+    threads = []
+    real = hashing._Hasher.beside
+
+    def counted(self):
+        threads.append(self)
+        return real(self)
+
+    monkeypatch.setattr(hashing._Hasher, "beside", counted)
+    again = ingest(store, [str(d)], jobs=1)
+    assert [f.status for f in again.files] == ["unchanged"] * len(LOGS)
+    assert threads == []
+    # a file of BESIDE_MIN_BYTES or more to hash: read and hashed at once
+    monkeypatch.setattr(hashing, "BESIDE_MIN_BYTES", 1)
+    again = ingest(store, [str(d)], jobs=1)
+    assert [f.status for f in again.files] == ["unchanged"] * len(LOGS)
+    assert len(threads) == len(LOGS)
