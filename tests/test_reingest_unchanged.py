@@ -4,7 +4,11 @@ a small file is hashed without a thread of its own; the outcome is the same."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 
 import forensics.ingest.batch as batch_mod
 import forensics.ingest.hashing as hashing
@@ -62,3 +66,28 @@ def test_small_unchanged_files_are_hashed_without_a_thread(tmp_path, monkeypatch
     again = ingest(store, [str(d)], jobs=1)
     assert [f.status for f in again.files] == ["unchanged"] * len(LOGS)
     assert len(threads) == len(LOGS)
+
+
+def test_a_local_reingest_imports_no_ssh_nor_config_module(tmp_path):
+    """The SSH side and the config file (forensics.hosts' lazy names) load with the first
+    remote location or config lookup, not for local files; the names still resolve."""
+    d = _logs(tmp_path)
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    lazy = ("forensics.hosts.ssh", "forensics.hosts.config", "forensics.hosts.trust", "tomllib")
+    probe = (
+        "import atexit, sys; atexit.register(lambda: print(*[m in sys.modules for m in "
+        f"{lazy!r}]));from forensics.entry import main; main()"
+    )
+    for _ in range(2):  # new (its verdicts may load other things), then unchanged
+        p = subprocess.run(
+            [sys.executable, "-c", probe, "ingest", "--json", str(d)], env=env, capture_output=True
+        )
+        assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.decode().rsplit("}", 1)[0] + "}")["files_by_status"] == {
+        "unchanged": len(LOGS)
+    }
+    assert p.stdout.decode().split()[-len(lazy) :] == ["False"] * len(lazy)
+    from forensics import hosts
+
+    assert hosts.SSHHost.__module__ == "forensics.hosts.ssh"
+    assert hosts.load_config.__module__ == "forensics.hosts.config"

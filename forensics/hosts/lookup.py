@@ -6,12 +6,14 @@ import contextlib
 import os
 import re
 import threading
+from typing import TYPE_CHECKING
 
 from forensics.errors import UsageError
 from forensics.hosts.base import Host
-from forensics.hosts.config import HostConfig, _config_for, load_config, parse_address
 from forensics.hosts.local import LocalHost
-from forensics.hosts.ssh import SSHHost
+
+if TYPE_CHECKING:  # the SSH side and the config file load with the first remote location
+    from forensics.hosts.config import HostConfig
 
 _CACHE: dict[tuple, Host] = {}
 _CACHE_LOCK = threading.RLock()  # guards _CACHE and _CONNECTING (never held while connecting)
@@ -28,11 +30,15 @@ def get_host(name: str | None, *, trust_new_host: bool = False) -> Host:
     """
     if name in (None, "", "local", "localhost-local"):
         return _LOCAL
+    from forensics.hosts.config import _config_for
+
     cfg = _config_for(name)
     return _host_for(cfg, trust_new_host=trust_new_host)
 
 
 def _host_for(cfg: HostConfig, *, trust_new_host: bool = False) -> Host:
+    from forensics.hosts.ssh import SSHHost
+
     key = (cfg.user, cfg.host, cfg.port, cfg.identity_file, cfg.known_hosts, cfg.jump)
     with _CACHE_LOCK:
         lock = _CONNECTING.setdefault(key, threading.RLock())
@@ -104,6 +110,8 @@ def resolve_location(text: str, *, trust_new_host: bool = False) -> tuple[Host, 
     """
     m = _SSH_URL.match(text)
     if m:
+        from forensics.hosts.config import HostConfig, load_config, parse_address
+
         addr = m["addr"]
         path = m["path"] or "."
         hosts = load_config()["hosts"]
