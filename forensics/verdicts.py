@@ -69,10 +69,14 @@ def refresh(
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
         # a batch of runs at a time: their rows read (by run range), their verdicts written
         # as a part; memory is one batch's, whatever the number of runs (a log of 100,000
-        # launches), and each run's rows are read once, not once per run of its log
-        for batch in runs.iter_slices(VERDICT_BATCH):
-            rows = []
+        # launches) or their lines (_next_batch), and each run's rows are read once, not once
+        # per run of its log
+        at, n = 0, min(VERDICT_FIRST, VERDICT_BATCH)
+        while at < len(runs):
+            batch, rows = runs.slice(at, n), []
+            at += len(batch)
             read = _batch_rows(store, batch, written, held)  # one read per batch
+            n = _next_batch(n, read)
             for (sid,), one in batch.group_by("source_id", maintain_order=True):
                 tables = _per_run(read.get(str(sid)))
                 known = (sources.get(sid, {}), labels.get(sid, {}))
@@ -87,7 +91,19 @@ def refresh(
     return len(runs)
 
 
-VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at a time (refresh)
+VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at most at a time (refresh)
+VERDICT_FIRST = 32  # runs of the first batch; the next ones sized by what it read
+VERDICT_READ_BYTES = 16 << 20  # rows a batch reads, at most about (polars' estimate)
+
+
+def _next_batch(n: int, read: dict[str, dict[str, pl.DataFrame]]) -> int:
+    """The number of runs of the next batch after one of ``n`` runs read ``read``: scaled so
+    it reads about VERDICT_READ_BYTES (runs of long-lined logs read up to KEEP_ROWS lines of
+    KEEP_TEXT each: a fixed count of them grew with the log, 200 MB for a 103 MB real log,
+    issue 15), at most doubled, between 1 and VERDICT_BATCH."""
+    size = sum(df.estimated_size() for tables in read.values() for df in tables.values())
+    fit = n * VERDICT_READ_BYTES // size if size else VERDICT_BATCH
+    return max(1, min(fit, 2 * n, VERDICT_BATCH))
 
 
 def _batch_rows(

@@ -65,7 +65,7 @@ def batch_tables(
     return {sid: _bounded({**empty, **t}) for sid, t in per_source.items()}
 
 
-WRITTEN_MAX_BYTES = 64 << 20  # what Written keeps at most; past it, the store is read
+WRITTEN_MAX_BYTES = 16 << 20  # what Written keeps at most; past it, the store is read
 
 
 class Written:
