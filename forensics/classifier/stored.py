@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
 import time
 
@@ -68,6 +69,17 @@ def batch_tables(
 WRITTEN_MAX_BYTES = 16 << 20  # what Written keeps at most; past it, the store is read
 
 
+def _owned(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` in buffers of its own: a head or tail of a part shares the whole part's buffers
+    (polars slices without copying), which ``estimated_size`` does not count, so a kept reduce
+    held every written part's text (8 files of 100 MB: +70 MB peak RSS). One IPC round trip
+    copies only the rows kept."""
+    buf = io.BytesIO()
+    df.write_ipc(buf, compression="uncompressed")
+    buf.seek(0)
+    return pl.read_ipc(buf)
+
+
 class Written:
     """What the verdict step reads of the parts a transaction writes (``Transaction.on_write``),
     kept as they are written: each part's ``TABLE_READS`` reduce (the runs rows whole, head and
@@ -92,7 +104,7 @@ class Written:
         if self.full or table not in _READS:
             return
         reduce = _READS[table]
-        kept = df if reduce is None else reduce(df.lazy()).collect()
+        kept = _owned(df if reduce is None else reduce(df.lazy()).collect())
         self.size += kept.estimated_size()
         if self.size > WRITTEN_MAX_BYTES:
             self.full, self.parts = True, {}
