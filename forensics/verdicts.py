@@ -92,7 +92,9 @@ def refresh(
 
 
 VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at most at a time (refresh)
-VERDICT_FIRST = 32  # runs of the first batch; the next ones sized by what it read
+# runs of the first batch: one run reads at most KEEP_ROWS lines a table, so the first batch is
+# bounded whatever the log; the next ones are sized by what it read (_next_batch)
+VERDICT_FIRST = 1
 VERDICT_READ_BYTES = 16 << 20  # rows a batch reads, at most about (polars' estimate)
 
 

@@ -56,6 +56,7 @@ def test_verdicts_of_many_launches_never_read_the_runs_or_verdicts_table_whole(
     manifest three times per run: ~387 MB and minutes. Now run keys are two columns read
     part by part, the verdicts are rewritten a part at a time, the manifest read once."""
     monkeypatch.setattr(verdicts, "VERDICT_BATCH", 40)
+    monkeypatch.setattr(verdicts, "VERDICT_FIRST", 40)  # manifest reads per batch, not per run
     store = Store.open(tmp_path / "st")
     assert ingest(store, [str(_restarts(tmp_path, 200))]).files[0].runs == 201
     before = store.table("verdicts").select("run_id", "phase", "signature").sort("run_id")

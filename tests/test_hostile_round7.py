@@ -168,6 +168,7 @@ def test_verdicts_of_many_logs_read_each_table_once_per_batch(tmp_path, monkeypa
     ingest(st, logs)
     one_batch = st.table("verdicts").sort("run_id")
     monkeypatch.setattr(verdicts, "VERDICT_BATCH", 2)
+    monkeypatch.setattr(verdicts, "VERDICT_FIRST", 2)  # batches of 2, 2, 2
     st = Store.open(tmp_path / "st")
     reads = []
     real = st._reduced
