@@ -101,6 +101,11 @@ _TOKEN_COUNT = (
 )
 
 
+# the prefixes of AWS access key ids (one list: the rule, its literals, HINT, HINT_SIEVE)
+AWS_KEY_PREFIXES = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA")
+_AWS = "|".join(AWS_KEY_PREFIXES)
+
+
 # (name, literals, pattern): the whole match, or its group `v` when it has one, is the secret.
 # Every match holds one of the literals (lower case where the pattern ignores case): a text
 # without any is not searched by that rule (parsers/secret_search.py); () searches every text.
@@ -160,8 +165,8 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     # provider tokens recognisable by their prefix alone
     (
         "aws_key_id",
-        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "AIPA", "ANPA", "ANVA"),
-        r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+        AWS_KEY_PREFIXES,
+        r"(?<![A-Za-z0-9])(?:" + _AWS + r")[A-Z0-9]{16}(?![A-Za-z0-9])",
     ),
     (
         "github_token",
@@ -229,8 +234,9 @@ HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
     r"passphrase|[a-z0-9._~-]:[^\s/@:'\"]+@|%[0-9a-f]{2}|\\u[0-9a-f]{4}|cookie|access-key|private_key|"
     r"token\W{0,3}[:=]\W{0,3}\d*[^\W\d]|token[ \t]+\S*\d|"
-    r"secret|authorization|access_key|[?&][\w.-]*(?:key|sig|signature|credential)=|akia|asia|"
-    r"agpa|aida|aroa|aipa|anpa|anva|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|"
+    r"secret|authorization|access_key|[?&][\w.-]*(?:key|sig|signature|credential)=|"
+    + _AWS.lower()
+    + r"|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|aiza|eyj|"
     r"private key|_pwd|oauth2-bearer|" + OPTION_PROGRAMS
 )
 # A cheaper first sieve (~3x on a busy log): every line HINT matches, matches one of these
@@ -246,8 +252,7 @@ HINT_SIEVE = (
     # and the programs of SECRET_OPTIONS (`_pwd` is `[_=]`'s). Header names (`Cookie:`,
     # `X-Auth-Token:`) are not sieved (they cost 2x here): their lines are redacted when a
     # program of the line is (`curl -H …`), and lint and the journal redact every text whole.
-    r"AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|"
-    + OPTION_PROGRAMS,
+    _AWS + r"|AIza|glpat-|xox[abposr]-|eyJ|PRIVATE KEY|" + OPTION_PROGRAMS,
     # and escaped forms (ESCAPES: what the views decode), a scheme-less user:password@host
     r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|\\u[0-9A-Fa-f]{4}|@",
 )
