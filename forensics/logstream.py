@@ -7,6 +7,7 @@ the bytes through the first of ``WIRE`` the host has; read ahead while the calle
 
 from __future__ import annotations
 
+import io
 import itertools
 import shlex
 import zlib
@@ -32,30 +33,54 @@ def _zstd_errors() -> tuple[type[BaseException], ...]:
     return (zstandard.ZstdError,)
 
 
+def _zstd_reader(wire: Any) -> Any:
+    """The log read from a zstd wire: ``read(n)`` decompresses in C until it has ``n`` bytes
+    (or the end), so one call per chunk and no call expands past what it is asked for."""
+    import zstandard
+
+    return zstandard.ZstdDecompressor().stream_reader(wire, read_across_frames=True)
+
+
+def _gzip_reader(wire: Any) -> Any:
+    import gzip
+
+    return gzip.GzipFile(fileobj=wire, mode="rb")
+
+
+def _gzip_errors() -> tuple[type[BaseException], ...]:
+    import gzip
+
+    return (zlib.error, gzip.BadGzipFile, EOFError)  # EOFError: the member is cut short
+
+
 @dataclass(frozen=True)
 class Wire:
     """How a remote plain log travels (``streamed``): ``command`` reads the log on
-    stdin and writes what goes on the wire; ``decompressor`` undoes it (None: as is)."""
+    stdin and writes what goes on the wire; ``reader`` wraps the wire's bytes (a binary
+    file) as a file of the log's bytes, whose ``read(n)`` gives ``n`` bytes unless at the
+    end (None: the bytes are the log's); ``errors``: what the reader raises on bad bytes."""
 
     name: str
     command: str
-    decompressor: Callable[[], Any] | None
-    feed: int = 1 << 20  # wire bytes per decompress call: bounds what one call can expand to
+    reader: Callable[[Any], Any] | None
+    errors: Callable[[], tuple[type[BaseException], ...]] = tuple
 
 
 # First the host has wins (logs compress ~10x, so the link and paramiko's per-packet work
 # carry a tenth); ``cat`` is always there.
 WIRE: tuple[Wire, ...] = (
-    # a NUL-padded tail compresses > 1000x: small feeds keep each call's output small
-    Wire("zstd", "zstd -q -c -1", _zstd, feed=256),
-    Wire("gzip", "gzip -c -1", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), feed=1 << 10),
+    Wire("zstd", "zstd -q -c -1", _zstd_reader, _zstd_errors),
+    Wire("gzip", "gzip -c -1", _gzip_reader, _gzip_errors),
     Wire("cat", "cat", None),
 )
 
 
-def wire_script(path: str, start: int, length: int, wires: tuple[Wire, ...] = WIRE) -> str:
-    """A POSIX sh script: bytes [start, start+length) of ``path`` through the first of
-    ``wires`` whose program the host has (the last is the fallback), its name on line 1."""
+def wire_script(path: str, start: int, wires: tuple[Wire, ...] = WIRE) -> str:
+    """A POSIX sh script: the bytes of ``path`` from ``start`` through the first of ``wires``
+    whose program the host has (the last is the fallback), its name on line 1. It sends
+    the file to its end: the reader stops at the length it wants and closes the stream
+    (``streamed``), so no ``head -c`` copies every byte through one more pipe (~0.08 s of
+    the host's CPU per 100 MB here)."""
     last = wires[-1]
     script = f"w={last.name}; z={shlex.quote(last.command)}; "
     for w in reversed(wires[:-1]):  # if the first is there ... else (the next test) ... fi
@@ -63,10 +88,13 @@ def wire_script(path: str, start: int, length: int, wires: tuple[Wire, ...] = WI
             f"if command -v {shlex.quote(w.command.split()[0])} >/dev/null 2>&1; "
             f"then w={w.name}; z={shlex.quote(w.command)}; else {script}fi; "
         )
-    # from the start, head reads the file itself (one process less copying every byte)
-    src = f"tail -c +{start + 1} -- {shlex.quote(path)} | " if start else ""
-    read = f"head -c {length}" + ("" if start else f" -- {shlex.quote(path)}")
-    return f"{script}printf '%s\\n' \"$w\"; {src}{read} | $z"
+    # from the start, the wire's program reads the file itself (one process less)
+    read = (
+        f"tail -c +{start + 1} -- {shlex.quote(path)} | $z"
+        if start
+        else f"$z < {shlex.quote(path)}"
+    )
+    return f"{script}printf '%s\\n' \"$w\"; {read}"
 
 
 def _open_wire(src: Any, pieces: Any, wires: tuple[Wire, ...]) -> tuple[Wire, bytes]:
@@ -110,43 +138,42 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
     the link dropped, the file shrank) is read by the host's SFTP reads from where it
     stopped."""
     from forensics.errors import RemoteError
-    from forensics.logsource import READ_CHUNK
+    from forensics.logsource import READ_CHUNK, _RawStream
 
     want = end - start
     got = 0
-    out = bytearray()
     stream: Any = None
     path = src.path[2:] if src.path.startswith("~/") else src.path  # from $HOME
+    damage = tuple(e for w in wires for e in w.errors())
     try:
-        stream = src.host.stream(wire_script(path, start, want, wires))
+        stream = src.host.stream(wire_script(path, start, wires))
         for chunk in _lead(src, stream, start, want):
             got += len(chunk)
             yield chunk
-        skip = got  # the stream's copy of what came over SFTP
         wire, rest = _open_wire(src, stream, wires)
-        dec = wire.decompressor() if wire.decompressor is not None else None
-        for piece in itertools.chain((rest,), stream):
-            for at in range(0, len(piece), wire.feed):
-                part = piece[at : at + wire.feed]
-                out += dec.decompress(part) if dec is not None else part
-                if skip:
-                    n = min(skip, len(out))
-                    del out[:n]
-                    skip -= n
-                while len(out) >= READ_CHUNK and got < want:
-                    data = bytes(out[: min(READ_CHUNK, want - got)])
-                    del out[:READ_CHUNK]
-                    got += len(data)
-                    yield data
-    except (RemoteError, zlib.error, *_zstd_errors()):
+        raw = _RawStream(itertools.chain((rest,), stream))
+        log = wire.reader(raw) if wire.reader is not None else io.BufferedReader(raw)
+        if _skip(log, got, READ_CHUNK):  # the stream's copy of what came over SFTP
+            while got < want:
+                data = log.read(min(READ_CHUNK, want - got))
+                if not data:
+                    break
+                got += len(data)
+                yield data
+    except (RemoteError, *damage):
         pass  # the rest comes over SFTP, below
     finally:
         if stream is not None:
             stream.close()
-    while out and got < want:
-        data = bytes(out[: min(READ_CHUNK, want - got)])
-        del out[:READ_CHUNK]
-        got += len(data)
-        yield data
     if got < want:
         yield from src.host.iter_chunks(src.path, start + got, READ_CHUNK, limit=want - got)
+
+
+def _skip(log: Any, n: int, most: int) -> bool:
+    """Read and drop ``n`` bytes of ``log``, at most ``most`` at a time: False if it ended first."""
+    while n:
+        data = log.read(min(n, most))
+        if not data:
+            return False
+        n -= len(data)
+    return True

@@ -52,6 +52,25 @@ def test_streamed_chunks_are_the_file_bytes_from_any_offset(ssh_host, big_log, m
     assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
 
 
+@pytest.mark.parametrize("wire", _wires())
+def test_a_log_that_grows_while_streamed_gives_the_bytes_it_had_when_opened(
+    ssh_host, big_log, tmp_path, monkeypatch, wire
+):
+    # the host sends the file to its end (no `head -c` on the host): the reader stops at the
+    # size stat gave when the log was opened, from the start and from an offset
+    monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
+    monkeypatch.setattr(logstream, "LEAD_WAIT", 60.0)  # the bytes come through the stream
+    log = tmp_path / "growing.log"
+    shutil.copy(big_log, log)
+    data = log.read_bytes()
+    src = open_log(ssh_host, str(log))
+    with log.open("ab") as f:
+        f.write(b"[2026-02-25 11:00:00] a line written after the stat\n" * 100_000)
+    chunks = list(src.chunks())
+    assert b"".join(chunks) == data and max(map(len, chunks)) <= READ_CHUNK
+    assert b"".join(src.chunks(READ_CHUNK + 7)) == data[READ_CHUNK + 7 :]
+
+
 def test_what_the_stream_misses_is_read_over_sftp(ssh_host, big_log, monkeypatch):
     # a "wire" that stops after 100 kB, as a dropped stream would
     monkeypatch.setattr(logsource, "WIRE", (Wire("cat", "head -c 100000", None),))
