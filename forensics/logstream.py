@@ -116,9 +116,11 @@ def _open_wire(src: Any, pieces: Any, wires: tuple[Wire, ...]) -> tuple[Wire, by
 def _lead(src: Any, stream: Any, start: int, want: int) -> Iterator[bytes]:
     """The first bytes over SFTP while nothing of ``stream`` has come: what a stream
     waits for first is its shell's start on the host (the login shell and its rc files:
-    0.3-1 s on the loaded development machine), while the SFTP session is up already.
-    LEAD_CHUNK at a time, until the stream's output arrives."""
-    if stream.arrived(LEAD_WAIT):
+    0.1-1 s on the development machine), while the SFTP session is up already.
+    LEAD_CHUNK at a time, until the stream's output arrives. Waits LEAD_WAIT for the stream
+    first only where its shell is up (``ready``): one still starting would only delay the
+    parse's first chunk by that much (issue 15, remote)."""
+    if stream.arrived(LEAD_WAIT if getattr(stream, "ready", True) else 0.0):
         return
     reads = src.host.iter_chunks(src.path, start, LEAD_CHUNK, limit=want)
     try:

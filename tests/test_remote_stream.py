@@ -59,7 +59,7 @@ def test_a_log_that_grows_while_streamed_gives_the_bytes_it_had_when_opened(
     # the host sends the file to its end (no `head -c` on the host): the reader stops at the
     # size stat gave when the log was opened, from the start and from an offset
     monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
-    monkeypatch.setattr(logstream, "LEAD_WAIT", 60.0)  # the bytes come through the stream
+    _no_lead(monkeypatch)  # the bytes come through the stream
     log = tmp_path / "growing.log"
     shutil.copy(big_log, log)
     data = log.read_bytes()
@@ -132,12 +132,18 @@ def test_a_nul_padded_tail_comes_in_bounded_chunks(ssh_host, tmp_path, monkeypat
     assert max(sizes) <= READ_CHUNK
 
 
+def _no_lead(monkeypatch) -> None:
+    """No bytes over SFTP while a stream's shell starts (logstream._lead): the stream is
+    waited for."""
+    monkeypatch.setattr(logstream, "_lead", lambda *args: iter(()))
+
+
 def _sftp_bytes(monkeypatch, lead: bool = False) -> list[int]:
     """Bytes read by SSHHost's SFTP reads from now on (a spy: the reads still happen).
     Unless ``lead``, a stream's first bytes do not come over SFTP while its shell starts
     (logstream._lead waits for the stream): what SFTP reads is then deterministic."""
     if not lead:
-        monkeypatch.setattr(logstream, "LEAD_WAIT", 60.0)
+        _no_lead(monkeypatch)
     seen: list[int] = []
     real = SSHHost.iter_chunks
 
@@ -414,3 +420,34 @@ def test_the_first_bytes_come_over_sftp_while_the_stream_s_shell_starts(
     assert _rows() == rows
     for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
         assert remote[k] == local[k], k
+
+
+def test_the_lead_waits_for_a_stream_only_where_its_shell_is_up(
+    ssh_host, big_log, tmp_path, monkeypatch
+):
+    # issue 15 (remote): a shell started ahead says when it is up (streams.READY, dropped from
+    # the stream); a stream made from one that is up is waited for (LEAD_WAIT, here long), one
+    # whose shell is still starting or a new session gets its first bytes over SFTP at once
+    import time
+
+    slow = tmp_path / "slowcat"  # the wire's output comes 0.5 s after its shell runs it
+    slow.write_text("#!/bin/sh\nsleep 0.5\nexec cat\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(logsource, "WIRE", (Wire("cat", str(slow), None),))
+    monkeypatch.setattr(logstream, "LEAD_WAIT", 60.0)
+    sftp = _sftp_bytes(monkeypatch, lead=True)
+    data = big_log.read_bytes()
+
+    ssh_host.expect_streams(1)
+    deadline = time.monotonic() + 30
+    while not (ssh_host._spares and ssh_host._spares[0].recv_ready()):
+        assert time.monotonic() < deadline, "the shell started ahead never came up"
+        time.sleep(0.01)
+    src = open_log(ssh_host, str(big_log))
+    sftp.clear()
+    assert b"".join(src.chunks()) == data
+    assert sum(sftp) == 0  # waited for the stream: nothing over SFTP
+
+    ssh_host.expect_streams(0)  # no shell waits: the stream's session starts now
+    assert b"".join(src.chunks()) == data
+    assert sum(sftp) >= logstream.LEAD_CHUNK  # read over SFTP while it started

@@ -13,6 +13,11 @@ reads at once) has channels running ``sh -s`` kept waiting; ``stream`` sends one
 its standard input (then EOF), so the session and the shell started while the ingest did other
 work. At most as many shells wait as streams are read at once, never more than are still
 announced; an unused one ends with the connection (EOF on its input: it runs nothing).
+
+**Whether it is up.** A shell started ahead writes one line (READY) as soon as the login
+shell runs it, before the script's output (dropped from the stream). A stream made from one
+whose line had come is ``ready``: its bytes follow within milliseconds, so the caller may wait
+for them (logstream._lead); one whose shell is still starting, or a new session, is not.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from forensics.errors import RemoteError
 from forensics.hosts.base import STREAM_AHEAD, STREAM_WINDOW
 
 STREAM_PACKET = 1 << 15  # max packet size asked for a stream's channel (OpenSSH sends <= 32 KiB)
-SPARE_SHELL = "sh -s"  # what a shell started ahead runs: the script comes on its stdin
+# what a shell started ahead runs: one line (READY) once the login shell is up, then the script
+# that comes on its stdin
+SPARE_SHELL = "echo; exec sh -s"
+READY = b"\n"
 # sessions of one connection that streams and waiting shells may take: OpenSSH's MaxSessions
 # (10) less the SFTP session, so a waiting shell never makes a stream's own session fail
 SESSIONS = 9
@@ -110,8 +118,9 @@ class Streams:
         if chan is not None:
             chan.close()
 
-    def _take_spare(self, script: str) -> Any:
-        """The waiting shell, given ``script`` (None: none waits, or it died meanwhile)."""
+    def _take_spare(self, script: str) -> tuple[Any, bool] | None:
+        """The waiting shell, given ``script``, and whether it was up (its READY line had come;
+        None: none waits, or it died meanwhile)."""
         with self._lock:
             spares = self._spares
             chan = spares.pop(0) if spares else None
@@ -120,12 +129,13 @@ class Streams:
         try:
             if chan.closed or chan.exit_status_ready():
                 raise EOFError("the shell started ahead has ended")
+            ready = chan.recv_ready()
             chan.sendall(script.encode() + b"\n")
             chan.shutdown_write()
         except Exception:  # noqa: BLE001 - paramiko's, OSError, EOFError: open a fresh one
             chan.close()
             return None
-        return chan
+        return chan, ready
 
     def _drop_spare(self) -> None:
         """Close the waiting shells (the connection closes or is discarded)."""
@@ -135,12 +145,16 @@ class Streams:
             with contextlib.suppress(Exception):
                 chan.close()
 
-    def _stream_channel(self, script: str, window: int) -> Any:
-        """A channel running ``script``: the shell started ahead if one waits, else a new one."""
+    def _stream_channel(self, script: str, window: int) -> tuple[Any, bytes, bool]:
+        """A channel running ``script``: the shell started ahead if one waits, else a new one;
+        (it, the bytes before the script's output, whether its shell is up)."""
         import paramiko
 
-        chan = self._take_spare(script) if window == STREAM_WINDOW else None
-        if chan is None:
+        spare = self._take_spare(script) if window == STREAM_WINDOW else None
+        if spare is not None:
+            (chan, ready), before = spare, READY
+        else:
+            ready, before = False, b""
             try:
                 chan = _exec(
                     self._transport(),
@@ -158,7 +172,7 @@ class Streams:
             self._streams_expected -= 1
             self._streams_open += 1
         self._warm()  # the next one's shell starts while this one is read
-        return chan
+        return chan, before, ready
 
     def stream(self, script: str, *, window: int = STREAM_WINDOW) -> RemoteStream:
         """The standard output of ``script`` (run by the remote ``sh``) as it arrives, in
@@ -167,9 +181,9 @@ class Streams:
         works on what came. Every wait is bounded by the op timeout (S13). Raises
         RemoteError when it cannot start (here), the link drops, or the command exits
         non-zero (its stderr in the message; while iterating)."""
-        chan = self._stream_channel(script, window)
+        chan, before, ready = self._stream_channel(script, window)
         chan.settimeout(self.op_timeout)
-        return RemoteStream(self, chan)
+        return RemoteStream(self, chan, before, ready)
 
     def _pieces(self, ahead: queue.Queue) -> Iterator[bytes]:
         """What the read-ahead thread queued, until the end of the output."""
@@ -193,10 +207,13 @@ class Streams:
 
 class RemoteStream:
     """A started stream (``Streams.stream``): iterate it for its pieces; ``arrived`` says
-    whether its first bytes came (the remote shell runs it); ``close`` ends it, read or not."""
+    whether its first bytes came (the remote shell runs it); ``ready``, whether its shell was
+    up when it started (its bytes are about to come); ``close`` ends it, read or not."""
 
-    def __init__(self, host: Streams, chan: Any):
+    def __init__(self, host: Streams, chan: Any, before: bytes = b"", ready: bool = False):
         self._host, self._chan = host, chan
+        self._before = len(before)  # bytes the shell writes before the script's output
+        self.ready = ready
         self._ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(STREAM_AHEAD)
         self._stop, self._first = threading.Event(), threading.Event()
         self._ended = False
@@ -211,6 +228,11 @@ class RemoteStream:
                 data = self._chan.recv(1 << 20)
                 if not data:
                     break
+                if self._before:  # the shell's READY line
+                    n = min(self._before, len(data))
+                    data, self._before = data[n:], self._before - n
+                    if not data:
+                        continue
                 self._ahead.put(data)
                 self._first.set()
             self._ahead.put(None)
