@@ -104,6 +104,7 @@ typedef struct {
     int ncols;
     Col *cols;
     int64_t n;
+    int64_t cap; /* rows every column has room for (table_reserve) */
 } Table;
 
 static int col_width(char type) {
@@ -117,7 +118,7 @@ static int col_width(char type) {
 
 static int table_init(Table *t, int ncols, const char *types, char **names) {
     t->ncols = ncols;
-    t->n = 0;
+    t->n = t->cap = 0;
     t->cols = calloc((size_t)ncols, sizeof(Col));
     if (!t->cols) return -1;
     for (int i = 0; i < ncols; i++) {
@@ -145,7 +146,7 @@ static void table_free(Table *t) {
 }
 
 /* one value into a column: `v` points at the value (NULL: a null), `n` its length for 's' */
-static inline int col_put(Col *c, const void *v, size_t n) {
+static int col_put(Col *c, const void *v, size_t n) {
     uint8_t ok = v != NULL;
     if (buf_reserve(&c->valid, 1) || buf_reserve(&c->data, 8)) return -1;
     c->valid.p[c->valid.len++] = ok;
@@ -162,6 +163,51 @@ static inline int col_put(Col *c, const void *v, size_t n) {
     case 4: { uint32_t x = 0; if (ok) memcpy(&x, v, 4); memcpy(d, &x, 4); c->data.len += 4; break; }
     default: *d = ok ? *(const char *)v : 0; c->data.len += 1;
     }
+    return 0;
+}
+
+/* room for `rows` more rows in every column of a table (the strings' bytes excepted): the
+   puts below write without a check (a metrics row: ~16 of them) */
+static int table_reserve(Table *t, int64_t rows) {
+    for (int i = 0; i < t->ncols; i++) {
+        Col *c = &t->cols[i];
+        size_t w = c->type == 's' ? 0 : (size_t)col_width(c->type);
+        if (buf_reserve(&c->valid, (size_t)rows) || buf_reserve(&c->data, w * (size_t)rows) ||
+            (c->type == 's' && buf_reserve(&c->offs, 4 * (size_t)rows)))
+            return -1;
+    }
+    t->cap = t->n + rows;
+    return 0;
+}
+
+/* unchecked puts of a fixed-width value or a null (after table_reserve) */
+static inline void put_fixed(Col *c, const void *v, size_t w) {
+    c->valid.p[c->valid.len++] = 1;
+    memcpy(c->data.p + c->data.len, v, w);
+    c->data.len += w;
+}
+
+static inline void put_null(Col *c) {
+    c->valid.p[c->valid.len++] = 0;
+    c->nulls++;
+    if (c->type == 's') {
+        int32_t end = (int32_t)c->data.len;
+        memcpy(c->offs.p + c->offs.len, &end, 4);
+        c->offs.len += 4;
+    } else {
+        size_t w = (size_t)col_width(c->type);
+        memset(c->data.p + c->data.len, 0, w);
+        c->data.len += w;
+    }
+}
+
+/* a string (its bytes checked, its offset not) */
+static inline int put_str(Col *c, const char *v, size_t n) {
+    if (buf_put(&c->data, v, n) || c->data.len > INT32_MAX) return -1;
+    c->valid.p[c->valid.len++] = 1;
+    int32_t end = (int32_t)c->data.len;
+    memcpy(c->offs.p + c->offs.len, &end, 4);
+    c->offs.len += 4;
     return 0;
 }
 
@@ -366,20 +412,34 @@ static int64_t days_from_civil(int y, int m, int d) {
     return (int64_t)era * 146097 + doe - 719468;
 }
 
+/* the last date read_ts found valid (the date bytes of `[YYYY-MM-DD`, its day number): a
+   chunk's lines mostly share one or two dates (a scan's own: no state between calls) */
+typedef struct {
+    char date[10];
+    int64_t days;
+    int set;
+} DateCache;
+
 /* `[YYYY-MM-DD HH:MM:SS` at p (20 bytes): a real date and time -> microseconds, else -1 */
-static int read_ts(const char *p, const char *end, int64_t *out) {
+static int read_ts(const char *p, const char *end, int64_t *out, DateCache *dc) {
     static const char shape[] = "[0000-00-00 00:00:00";
     if (end - p < 20) return -1;
     for (int i = 0; i < 20; i++) {
         if (shape[i] == '0' ? (p[i] < '0' || p[i] > '9') : p[i] != shape[i]) return -1;
     }
-    int y = num2(p + 1) * 100 + num2(p + 3), mo = num2(p + 6), d = num2(p + 9);
     int h = num2(p + 12), mi = num2(p + 15), s = num2(p + 18);
-    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1000 || mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 59) return -1;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (d > mdays[mo - 1] + (mo == 2 && leap)) return -1;
-    *out = ((days_from_civil(y, mo, d) * 86400) + h * 3600 + mi * 60 + s) * 1000000LL;
+    if (h > 23 || mi > 59 || s > 59) return -1;
+    if (!dc->set || memcmp(dc->date, p + 1, 10) != 0) {
+        int y = num2(p + 1) * 100 + num2(p + 3), mo = num2(p + 6), d = num2(p + 9);
+        static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        if (y < 1000 || mo < 1 || mo > 12 || d < 1) return -1;
+        int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        if (d > mdays[mo - 1] + (mo == 2 && leap)) return -1;
+        memcpy(dc->date, p + 1, 10);
+        dc->days = days_from_civil(y, mo, d);
+        dc->set = 1;
+    }
+    *out = ((dc->days * 86400) + h * 3600 + mi * 60 + s) * 1000000LL;
     return 0;
 }
 
@@ -395,37 +455,66 @@ static int plain_number(const char *p, const char *end) {
     return n <= 30 ? n : -1;
 }
 
-/* a plain number of n bytes -> the double nearest to it, as strtod (and polars) give it.
+/* a plain number `[0-9]+(\.[0-9]+)?` at v (at most 30 digits) -> its length and, in *out,
+ * the double nearest to it, as strtod (and polars) give it; -1: not a plain number.
  * With at most 15 significant digits the digits are an exact double m, and 10**k (k <= 22)
  * is exact too, so m / 10**k, one IEEE division, is the correctly rounded value (Clinger's
  * fast path); other numbers go through strtod, correctly rounded in glibc. */
-static double to_double(const char *v, int n) {
+static int read_double(const char *v, const char *end, double *out) {
     static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                    1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                    1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
     int64_t m = 0;
-    int ndig = 0, frac = -1;
-    for (int i = 0; i < n; i++) {
-        if (v[i] == '.') { frac = 0; continue; }
-        m = m * 10 + (v[i] - '0');
-        if (m) ndig++; /* significant digits (leading zeros are not) */
-        if (frac >= 0) frac++;
-        if (ndig > 15) break;
+    int ndig = 0, frac = 0;
+    const char *p = v;
+    for (int part = 0; part < 2; part++) { /* the digits, then those after a `.` */
+        int k = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (ndig <= 15) {
+                m = m * 10 + (*p - '0');
+                if (m) ndig++; /* significant digits (leading zeros are not) */
+            }
+            p++;
+            k++;
+        }
+        if (k == 0) return -1;
+        if (part) frac = k;
+        if (part || p >= end || *p != '.') break;
+        p++;
     }
-    if (ndig <= 15 && frac <= 22) return (double)m / pow10[frac > 0 ? frac : 0];
-    char tmp[32];
-    memcpy(tmp, v, (size_t)n);
-    tmp[n] = 0;
-    return strtod(tmp, NULL);
+    int whole = (int)(p - v);
+    if (whole > 30) return -1; /* (the dot counted, as plain_number counts it) */
+    if (ndig <= 15 && frac <= 22) {
+        *out = (double)m / pow10[frac];
+    } else {
+        char tmp[32];
+        memcpy(tmp, v, (size_t)whole);
+        tmp[whole] = 0;
+        *out = strtod(tmp, NULL);
+    }
+    return whole;
+}
+
+/* the same bytes (a key of a table against the line's) */
+static inline int same(const char *a, const char *b, size_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    while (n--)
+        if (*a++ != *b++) return 0;
+    return 1;
 }
 
 static const Key *find_key(const Kind *k, const char *p, size_t n, int *hint) {
     if (*hint >= 0 && *hint < k->nkeys) {
         const Key *h = &k->keys[*hint];
-        if (h->len == n && memcmp(h->text, p, n) == 0) return h;
+        if (h->len == n && same(h->text, p, n)) return h;
     }
     for (int i = 0; i < k->nkeys; i++) {
-        if (k->keys[i].len == n && memcmp(k->keys[i].text, p, n) == 0) {
+        if (k->keys[i].len == n && same(k->keys[i].text, p, n)) {
             *hint = i;
             return &k->keys[i];
         }
@@ -460,12 +549,13 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
             r->ival[key->col] = x;
             r->has[key->col] = 1;
         } else {
-            n = plain_number(v, end);
-            if (n < 0) return 0;
             if (key->role == K_COL) {
-                r->fval[key->col] = to_double(v, n);
+                n = read_double(v, end, &r->fval[key->col]);
+                if (n < 0) return 0;
                 r->has[key->col] = 1;
             } else { /* `"key": value` into extra (keys hold no quote or backslash) */
+                n = plain_number(v, end);
+                if (n < 0) return 0;
                 size_t need = key->len + (size_t)n + 8;
                 if (r->extra_len + need >= EXTRA_MAX) return 0;
                 char *e = r->extra + r->extra_len;
@@ -491,16 +581,17 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
 }
 
 /* one line: a metrics line of the plain layout -> 1 and r filled; else 0 */
-static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_KEYS]) {
+static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_KEYS],
+                        DateCache *dc) {
     if (end - p < 40 || p[0] != '[') return 0;
-    if (read_ts(p, end, &r->ts)) return 0;
+    if (read_ts(p, end, &r->ts, dc)) return 0;
     const char *q = p + 20;
     r->rank = q + 1;
     while (q < end && *q == ' ') { /* rank tags: ` TP3`, ` DP1 TP3` */
         q++;
         int t;
         for (t = 0; t < ntags; t++)
-            if ((size_t)(end - q) > tag_len[t] && memcmp(q, tags[t], tag_len[t]) == 0) break;
+            if ((size_t)(end - q) > tag_len[t] && same(q, tags[t], tag_len[t])) break;
         if (t == ntags) return 0;
         q += tag_len[t];
         int n = digits(q, end, 9);
@@ -512,7 +603,7 @@ static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_
     q += 2;
     for (r->kind = 0; r->kind < nkinds; r->kind++) {
         const Kind *k = &kinds[r->kind];
-        if ((size_t)(end - q) > k->head_len && memcmp(q, k->head, k->head_len) == 0) break;
+        if ((size_t)(end - q) > k->head_len && same(q, k->head, k->head_len)) break;
     }
     if (r->kind == nkinds) return 0;
     q += kinds[r->kind].head_len;
@@ -536,24 +627,33 @@ static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_
 
 /* the row into its kind's table: line, ts, rank, iter, the fields, cuda_graph, extra */
 static int put_row(Table *t, const Kind *k, int64_t line, const Row *r) {
+    if (t->n == t->cap && table_reserve(t, t->n + 1024)) return -1;
     Col *c = t->cols;
-    int bad = col_put(&c[0], &line, 0) || col_put(&c[1], &r->ts, 0) ||
-              col_put(&c[2], r->rank, r->rank_len) ||
-              col_put(&c[3], r->iter >= 0 ? &r->iter : NULL, 0);
-    for (int i = 0; i < k->nfields && !bad; i++) {
+    put_fixed(&c[0], &line, 8);
+    put_fixed(&c[1], &r->ts, 8);
+    if (put_str(&c[2], r->rank, r->rank_len)) return -1;
+    if (r->iter >= 0) put_fixed(&c[3], &r->iter, 8);
+    else put_null(&c[3]);
+    for (int i = 0; i < k->nfields; i++) {
         Col *f = &c[4 + i];
-        if (!r->has[i]) { bad = col_put(f, NULL, 0); continue; }
+        if (!r->has[i]) { put_null(f); continue; }
         int32_t i32 = (int32_t)r->ival[i];
         float f32 = (float)r->fval[i];
-        if (k->ftype[i] == 'i') bad = col_put(f, &i32, 0);
-        else if (k->ftype[i] == 'l') bad = col_put(f, &r->ival[i], 0);
-        else bad = col_put(f, &f32, 0);
+        if (k->ftype[i] == 'i') put_fixed(f, &i32, 4);
+        else if (k->ftype[i] == 'l') put_fixed(f, &r->ival[i], 8);
+        else put_fixed(f, &f32, 4);
     }
     uint8_t g = r->graph == 1;
-    bad = bad || col_put(&c[4 + k->nfields], r->graph >= 0 ? &g : NULL, 0);
-    bad = bad || col_put(&c[5 + k->nfields], r->extra_len ? r->extra : NULL, r->extra_len);
-    if (!bad) t->n++;
-    return bad ? -1 : 0;
+    if (r->graph >= 0) put_fixed(&c[4 + k->nfields], &g, 1);
+    else put_null(&c[4 + k->nfields]);
+    Col *x = &c[5 + k->nfields];
+    if (r->extra_len) {
+        if (put_str(x, r->extra, r->extra_len)) return -1;
+    } else {
+        put_null(x);
+    }
+    t->n++;
+    return 0;
 }
 
 static int kind_table(Table *t, const Kind *k) {
@@ -619,11 +719,12 @@ static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, 
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < MAX_KEYS; j++) hints[i][j] = -1;
     Row r;
+    DateCache dc = {{0}, 0, 0};
     int64_t line = first;
     for (;;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
-        if (read_metrics(p, e, &r, hints)) {
+        if (read_metrics(p, e, &r, hints, &dc)) {
             if (put_row(&out[r.kind], &kinds[r.kind], line, &r)) return -1;
         } else {
             if (col_put(&other->cols[0], &line, 0) || col_put(&other->cols[1], p, (size_t)(e - p)))
@@ -654,7 +755,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (n > 0 && n < INT32_MAX && plain_text(p, n)) {
         ok = 1;
         oom = table_init(&other, 2, "ls", other_names) || kind_table(&out[0], &kinds[0]) ||
-              kind_table(&out[1], &kinds[1]) || scan_lines(p, n, first, &other, out);
+              kind_table(&out[1], &kinds[1]) || table_reserve(&out[0], n / 160 + 256) ||
+              table_reserve(&out[1], n / 160 + 256) || scan_lines(p, n, first, &other, out);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
