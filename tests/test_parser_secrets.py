@@ -201,3 +201,22 @@ def test_the_hint_sieve_keeps_every_line_with_a_secret_issue15(line):
     if redact(line) != line:
         assert any(s.str.contains(p)[0] for p in HINT_SIEVE)
         assert redact_lines(s)[0].to_list() == [redact(line)]
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from(list("aAkK_=-:@/%PpTtoOeEnN 0123\\'\"")), max_size=40)
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_the_sieve_is_one_pass_of_its_patterns_issue15(lines):
+    """redact_lines runs HINT_SIEVE as one regex (``_SIEVE_RX``): it picks exactly the lines
+    one of its patterns picks, each with its own flags (the first one's ``(?i)`` only)."""
+    import polars as pl
+
+    from forensics_parsers.secrets import _SIEVE_RX, HINT_SIEVE
+
+    s = pl.Series(lines + ["API_K", "Bearer x", "AKIA", "akia", "x--y", "Token 5", "tOkEn: x"])
+    one = s.str.contains(_SIEVE_RX).to_list()
+    each = pl.select(pl.any_horizontal(s.str.contains(p) for p in HINT_SIEVE)).to_series()
+    assert one == each.to_list()
