@@ -167,7 +167,9 @@ static int col_put(Col *c, const void *v, size_t n) {
 }
 
 /* room for `rows` more rows in every column of a table (the strings' bytes excepted): the
-   puts below write without a check (a metrics row: ~16 of them) */
+   puts below write without a check (a metrics row: ~16 of them). put_row grows a table as it
+   fills (no guess up front: reserving a chunk's worth of rows raised an ingest's peak RSS by
+   ~15 MB for ~0.01 s of CPU per 100 MB) */
 static int table_reserve(Table *t, int64_t rows) {
     for (int i = 0; i < t->ncols; i++) {
         Col *c = &t->cols[i];
@@ -755,8 +757,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (n > 0 && n < INT32_MAX && plain_text(p, n)) {
         ok = 1;
         oom = table_init(&other, 2, "ls", other_names) || kind_table(&out[0], &kinds[0]) ||
-              kind_table(&out[1], &kinds[1]) || table_reserve(&out[0], n / 160 + 256) ||
-              table_reserve(&out[1], n / 160 + 256) || scan_lines(p, n, first, &other, out);
+              kind_table(&out[1], &kinds[1]) || scan_lines(p, n, first, &other, out);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
