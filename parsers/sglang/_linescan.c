@@ -628,8 +628,11 @@ static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_
 }
 
 /* the row into its kind's table: line, ts, rank, iter, the fields, cuda_graph, extra */
-static int put_row(Table *t, const Kind *k, int64_t line, const Row *r) {
-    if (t->n == t->cap && table_reserve(t, t->n + 1024)) return -1;
+static int put_row(Table *t, const Kind *k, int64_t line, const Row *r, int64_t done, int64_t left) {
+    /* full: room for the rows the rest of the chunk (`left` bytes, `done` read) holds at the
+       rate so far, and a tenth more (shrink() cuts what is left over at export) */
+    if (t->n == t->cap && table_reserve(t, (int64_t)(1.1 * (double)t->n * left / done) + 256))
+        return -1;
     Col *c = t->cols;
     put_fixed(&c[0], &line, 8);
     put_fixed(&c[1], &r->ts, 8);
@@ -715,7 +718,7 @@ static int plain_text(const char *s, Py_ssize_t n) {
 
 /* the lines of [p, p+n) into the tables; -1 out of memory */
 static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, Table *out) {
-    const char *end = p + n;
+    const char *start = p, *end = p + n;
     if (n && end[-1] == '\n') end--; /* one trailing LF ends the last line */
     int hints[2][MAX_KEYS];
     for (int i = 0; i < 2; i++)
@@ -727,7 +730,7 @@ static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, 
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
         if (read_metrics(p, e, &r, hints, &dc)) {
-            if (put_row(&out[r.kind], &kinds[r.kind], line, &r)) return -1;
+            if (put_row(&out[r.kind], &kinds[r.kind], line, &r, e + 1 - start, end - e)) return -1;
         } else {
             if (col_put(&other->cols[0], &line, 0) || col_put(&other->cols[1], p, (size_t)(e - p)))
                 return -1;
