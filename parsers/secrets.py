@@ -256,10 +256,7 @@ HINT_SIEVE = (
     # and escaped forms (ESCAPES: what the views decode), a scheme-less user:password@host
     r"--|://|%[0-9A-Fa-f]{2}|\\['\"]|\\u[0-9A-Fa-f]{4}|@",
 )
-
-# HINT_SIEVE as one regex, each pattern's flags scoped to it: one polars pass, not four (a pass
-# costs about the same whatever its alternatives: 0.14 -> 0.06 s over the 370,000 NCCL INFO
-# lines of the `nccl-half` benchmark mix; the same lines picked)
+# ... run as one regex, each pattern's flags scoped to it: one polars pass, not four (~2.5x less)
 _SIEVE_RX = "|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in HINT_SIEVE)
 
 
