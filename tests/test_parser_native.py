@@ -215,3 +215,26 @@ def test_without_the_module_the_pure_path_is_taken(setup, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3 [5, 5, 5]"
+
+
+number = st.from_regex(r"\A[0-9]{1,24}(\.[0-9]{1,24})?\Z").map(
+    lambda v: v if len(v) < 30 or "." not in v else v[:30]  # the reader's bound: 30 characters
+)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(number, number, st.integers(0, 9)), min_size=1, max_size=40))
+def test_a_float_the_reader_reads_is_the_pure_paths_float(values):
+    """Floats of every length around the reader's bounds (15 significant digits: one division;
+    more, or more than 22 after the dot: strtod; 30 characters: handed back) are the pure
+    path's, and some of them are typed."""
+    require_compiled()
+    lines = [
+        f"[2026-02-25 10:00:0{s} TP0] Decode batch, #running-req: 3, token usage: {a}, "
+        f"gen throughput (token/s): {b}"
+        for a, b, s in values
+    ]
+    data = ("\n".join(HEAD + lines) + "\n").encode()
+    both(data, 1 << 20)
+    got = native.scan(data, 1)
+    assert got is None or len(got.decode) + len(got.other) == len(HEAD) + len(lines)
