@@ -143,3 +143,28 @@ def test_the_signature_prefilter_keeps_every_line_a_signature_hits():
     assert "node01:4100:4300 [0] NCCL INFO Connected all rings" in dropped
     assert "caf\u00e9 \u2192" not in dropped  # not plain ASCII: always matched
     assert len(dropped) > len(texts) // 2  # it spares most lines
+
+
+# Issue 15 (costs outside the parse): the verdict step runs SERVING_PROOF's patterns only on
+# the lines ``may_prove`` keeps (each row's ``needs``); a line it drops must prove nothing.
+def test_the_proof_sieve_keeps_every_line_a_serving_proof_pattern_matches():
+    import re
+
+    import polars as pl
+
+    from scripts.real_fields import require_corpus
+    from tests.test_classifier_oos import CASES
+
+    texts = _lines_of(sorted(require_corpus().glob("*.log")) + sorted(FIXTURES.rglob("*.log")))
+    texts += [line for case in CASES.values() for line in case.split("\n")]
+    texts += ["Mean TPOT (ms):  12.5", "| gsm8k | 3 | flexible | 5 | exact_match | 0.8 |", None]
+    may = pl.DataFrame({"t": texts}).select(sigs.may_prove(pl.col("t"))).to_series().to_list()
+    for row in sigs.SERVING_PROOF:
+        rx = re.compile(row["pattern"])
+        hit = [t for t in texts if t and rx.search(t)]
+        assert hit, row["id"]  # every row is exercised here
+        for t in hit:  # each line the row's pattern matches holds one of its own needs ...
+            assert any(lit in t for lit in row["needs"]), (row["id"], t)
+    dropped = [t for t, m in zip(texts, may, strict=True) if not m]
+    assert sigs.serving_proof((i, t or "") for i, t in enumerate(dropped)) == []  # ... is kept
+    assert len(dropped) > 0.9 * len(texts)  # and it spares nearly every line

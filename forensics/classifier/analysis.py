@@ -100,15 +100,24 @@ def _line_hits(
     return out
 
 
-def _kept_lines(ln: pl.DataFrame) -> tuple[list[tuple[int, str, str]], list[bool]]:
-    """The run's ``lines`` rows as (line, kind, text) in line order, and per row whether a
-    signature may hit it (``signatures.may_match``)."""
+def _kept_lines(
+    ln: pl.DataFrame,
+) -> tuple[list[tuple[int, str, str]], list[bool], list[tuple[int, str]]]:
+    """The run's ``lines`` rows as (line, kind, text) in line order, per row whether a
+    signature may hit it (``signatures.may_match``), and the (line, text) of those that may
+    prove serving (``signatures.may_prove``: the others prove nothing)."""
     if ln.is_empty():
-        return [], []
+        return [], [], []
+    text = pl.col("text")
     rows = ln.sort("line").select(
-        "line", "kind", pl.col("text").fill_null(""), sigs.may_match(pl.col("text")).alias("_may")
+        "line",
+        "kind",
+        text.fill_null(""),
+        sigs.may_match(text).alias("_may"),
+        sigs.may_prove(text).alias("_proof"),
     )
-    return list(rows.select("line", "kind", "text").iter_rows()), rows["_may"].to_list()
+    may_prove = rows.filter("_proof").select("line", "text").rows()
+    return list(rows.select("line", "kind", "text").iter_rows()), rows["_may"].to_list(), may_prove
 
 
 def _run_end(runs: pl.DataFrame, served_lines: list[tuple[int, str]]) -> tuple[int, Any]:
@@ -167,9 +176,9 @@ def analyze(
     # the server's first own line: a stage or a metrics line (what comes before it in a log
     # that shows the server starting is a harness's, pip's or a shell's)
     owned = [li for _, _, li in stages[:1]] + [li for li, _ in served_lines[:1]]
-    lines, may = _kept_lines(ln)
+    lines, may, may_prove = _kept_lines(ln)
     # a client's result printed in the log proves serving (signatures.SERVING_PROOF)
-    proof = sigs.serving_proof((li, t) for li, _, t in lines)
+    proof = sigs.serving_proof(may_prove)
     if proof:
         served_lines = sorted(served_lines + [(li, "") for li, _ in proof])
         ndec += len(proof)

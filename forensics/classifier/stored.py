@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import threading
 import time
 
 import polars as pl
@@ -98,6 +99,9 @@ class Written:
         self.parts: dict[str, dict[str, pl.DataFrame]] = {}  # table -> part name -> reduce
         self.size = 0
         self.full = False
+        # parts are told from several threads at once (a commit writes its last parts 4 at a
+        # time): each reduce is computed outside it, what is kept is added under it
+        self._lock = threading.Lock()
 
     def __call__(self, table: str, name: str, df: pl.DataFrame) -> None:
         """A part written (the transaction's ``on_write``)."""
@@ -105,11 +109,14 @@ class Written:
             return
         reduce = _READS[table]
         kept = _owned(df if reduce is None else reduce(df.lazy()).collect())
-        self.size += kept.estimated_size()
-        if self.size > WRITTEN_MAX_BYTES:
-            self.full, self.parts = True, {}
-            return
-        self.parts.setdefault(table, {})[name] = kept
+        with self._lock:
+            if self.full:
+                return
+            self.size += kept.estimated_size()
+            if self.size > WRITTEN_MAX_BYTES:
+                self.full, self.parts = True, {}
+                return
+            self.parts.setdefault(table, {})[name] = kept
 
     def covers(self, store, source_ids) -> set[str]:
         """The sources of ``source_ids`` whose rows in the store are all in parts it kept."""

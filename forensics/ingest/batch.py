@@ -290,6 +290,7 @@ class _Batch:
         # what the verdict step reads of the parts written, kept as they are written (set
         # with the first parse: the classifier imports beside it)
         self.written: Any = None
+        self._written_lock = threading.Lock()
 
     def warm_verdicts(self) -> None:
         """A parse begins here: the verdict step's imports and model load start beside it,
@@ -306,11 +307,13 @@ class _Batch:
 
     def _written(self, table: str, name: str, df: Any) -> None:
         """A part written by the batch's transaction: what the verdict step reads of it is
-        kept (forensics.classifier.stored.Written; imported here, once the warming did)."""
-        if self.written is None:
-            from forensics.classifier.stored import Written
+        kept (forensics.classifier.stored.Written; imported here, once the warming did).
+        Called from the threads that write parts, several at once at a commit."""
+        with self._written_lock:
+            if self.written is None:
+                from forensics.classifier.stored import Written
 
-            self.written = Written()
+                self.written = Written()
         self.written(table, name, df)
 
     def stored_inodes(self, tx: Any) -> dict:

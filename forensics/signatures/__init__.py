@@ -45,6 +45,7 @@ from forensics.signatures.proof import (
     CONSEQUENCES,
     HARNESS_END,
     SERVING_PROOF,
+    may_prove,
     serving_proof,
 )
 from forensics.signatures.remedies import (
@@ -68,6 +69,7 @@ __all__ = [
     "SERVING_PROOF",
     "HARNESS_END",
     "serving_proof",
+    "may_prove",
     "CONSEQUENCES",
     "NOT_SGLANG",
     "FOREIGN_BASIS",

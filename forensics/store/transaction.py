@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,10 +106,10 @@ class Transaction:
         self._read: dict[str, dict[Any, pl.DataFrame]] = {}  # shared parts read by rows_of
         self.dirty = False  # anything to commit (an unchanged-files batch writes nothing)
         # told (table, part name, rows) of every part this transaction writes, as written:
-        # what the verdict step of an ingest reads of them, kept in memory (classifier.Written)
+        # what the verdict step of an ingest reads of them, kept in memory (classifier.Written);
+        # called from the thread that wrote the part, several at once at commit (_flush_all)
         self.on_write: Callable[[str, str, pl.DataFrame], None] | None = None
         self._sync = Syncer()  # each part fsynced as it is written (forensics/store/durable.py)
-        self._told = threading.Lock()  # on_write is told of one part at a time
 
     # -- adding rows ---------------------------------------------------------------------
     def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
@@ -203,8 +202,7 @@ class Transaction:
             raise _write_error(self.store.root, exc, f"cannot write a part of {table}") from exc
         self._sync.written(tmp)
         if self.on_write is not None:
-            with self._told:
-                self.on_write(table, name, df)
+            self.on_write(table, name, df)
         return name, tmp
 
     # -- parts written by other processes (forensics/ingest/pool.py) ------------------------
