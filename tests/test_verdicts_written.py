@@ -122,3 +122,75 @@ def test_the_packaged_model_is_not_copied_into_the_store(tmp_path):
     ingest(store, [str(FIX / "sglang_fail_capture.log")], jobs=1)
     assert _verdicts(store)
     assert not _model_path(store).exists()
+
+
+def test_a_workers_parts_are_read_from_memory(tmp_path, monkeypatch, shared_dir):
+    """A parallel ingest: each worker keeps what the verdict step reads of the parts it
+    writes and sends it with them, so the main process reads none of them back from the
+    store (it read 8 x 100 MB of parts on its one core), and the verdicts are the store's."""
+    from forensics.ingest import pool
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 1)  # every log to a worker
+    given = []
+    real_submit = pool.Pool.submit
+    monkeypatch.setattr(
+        pool.Pool, "submit", lambda self, job, *a: given.append(job) or real_submit(self, job, *a)
+    )
+    calls = _spy(monkeypatch)
+    store = Store.open(tmp_path / "store")
+    logs = sorted(FIX.glob("sglang_*.log")) + sorted((shared_dir / "real-logs-dev").glob("*.log"))
+    summary = ingest(store, [str(p) for p in logs], jobs=3)
+    assert {f.status for f in summary.files} == {"new"}
+    assert len(given) >= 10  # logs parsed by the two workers (the others here, when both busy)
+    in_memory = _verdicts(store)
+    assert len(in_memory) > 60
+    assert calls and all(mine for mine, _ in calls)
+    assert sorted(r for _, ids in calls for r in ids) == sorted(in_memory)
+    calls.clear()
+    refresh(store)
+    assert calls and not any(mine for mine, _ in calls)
+    assert _verdicts(store) == in_memory
+
+
+def test_past_the_cap_only_the_later_parts_go_to_the_store(tmp_path, monkeypatch):
+    """Written keeps parts until WRITTEN_MAX_BYTES: the logs whose parts it kept are read from
+    memory, those after the cap from the store (a cap that dropped everything kept sent every
+    log to the store), and the verdicts are the store's either way."""
+    monkeypatch.setattr(stored, "WRITTEN_MAX_BYTES", 200_000)
+    calls = _spy(monkeypatch)
+    store = Store.open(tmp_path / "store")
+    logs = sorted(FIX.glob("sglang_*.log"))
+    ingest(store, [str(p) for p in logs], jobs=1)
+    mine = {mine for mine, _ in calls}
+    assert mine == {True, False}, calls  # some logs from memory, the rest from the store
+    in_ingest = _verdicts(store)
+    refresh(store)
+    assert _verdicts(store) == in_ingest
+
+
+def test_a_read_for_some_logs_reads_only_their_parts(tmp_path, monkeypatch):
+    """Store.reduced(..., sources=S) reads only the parts holding rows of S (and the parts
+    tied to no source), and gives the rows the whole read gives for S: a verdict batch of
+    one log read every log's parts (8 x 100 MB logs: each batch a scan of all of them)."""
+    from forensics.store import folder
+
+    store = Store.open(tmp_path / "store")
+    logs = sorted(FIX.glob("sglang_*.log"))[:8]
+    ingest(store, [str(p) for p in logs], jobs=1)
+    read: list[str] = []
+    real = folder.part_path
+    monkeypatch.setattr(folder, "part_path", lambda p: read.append(p.name) or real(p))
+    man = store.manifest()
+    sids = sorted(store.sources())
+    assert len(sids) == len(logs)
+    for name, reduce in stored.TABLE_READS:
+        for sid in sids:
+            read.clear()
+            mine = pl.col("source_id") == sid
+            pruned = store.reduced(name, reduce, where=mine, sources={sid})
+            wanted = [p for p in man.tables.get(name, []) if sid in man.part_sources(p)]
+            assert sorted(read) == sorted(wanted), (name, sid)
+            read.clear()
+            whole = store.reduced(name, reduce, where=mine)
+            assert len(read) == len(man.tables.get(name, []))
+            assert pruned.equals(whole), (name, sid)

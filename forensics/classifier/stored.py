@@ -55,7 +55,11 @@ def batch_tables(
     ``written``: read from what it kept of the parts this process wrote (the runs of sources
     it ``covers``), not from the files."""
     keep = (pl.col("source_id") + ":" + pl.col("run_index").cast(pl.String)).is_in(run_ids)
-    read = store.reduced if written is None else functools.partial(written.reduced, store)
+    if written is None:  # only the parts holding rows of the batch's logs are read
+        sources = {r.rsplit(":", 1)[0] for r in run_ids}
+        read = functools.partial(store.reduced, sources=sources)
+    else:
+        read = functools.partial(written.reduced, store)
     tables = {name: read(name, reduce, where=keep) for name, reduce in TABLE_READS}
     per_source: dict[str, dict[str, pl.DataFrame]] = {}
     for name, df in tables.items():
@@ -92,8 +96,12 @@ class Written:
     (source, run) groups, so it filters as well before as after. It answers only for the
     sources whose every part it saw (``covers``): a part it did not see (a grown log's earlier
     ingest, a worker's part adopted from another process) sends that source to the store.
-    Memory: bounded by WRITTEN_MAX_BYTES, past which it keeps nothing (a log of 100,000
-    launches)."""
+    A worker of a parallel ingest keeps its own and sends it with its parts
+    (forensics/ingest/pool.py): the main process ``keep``s it under the adopted part's name.
+    Memory: bounded by WRITTEN_MAX_BYTES; the first part past it and every later one are not
+    kept, so their sources are read from the store (a log of 100,000 launches), the sources
+    kept before it are not (eight 100 MB logs keep ~18 MB: a cap that dropped everything sent
+    all eight to the store)."""
 
     def __init__(self) -> None:
         self.parts: dict[str, dict[str, pl.DataFrame]] = {}  # table -> part name -> reduce
@@ -108,29 +116,33 @@ class Written:
         if self.full or table not in _READS:
             return
         reduce = _READS[table]
-        kept = _owned(df if reduce is None else reduce(df.lazy()).collect())
+        self.keep(table, name, df if reduce is None else reduce(df.lazy()).collect())
+
+    def keep(self, table: str, name: str, kept: pl.DataFrame) -> None:
+        """Part ``name``'s reduce ``kept``, computed here or by the worker that wrote it."""
+        if self.full:
+            return
+        kept = _owned(kept)
+        size = kept.estimated_size()
         with self._lock:
-            if self.full:
+            if self.full or self.size + size > WRITTEN_MAX_BYTES:
+                self.full = True
                 return
-            self.size += kept.estimated_size()
-            if self.size > WRITTEN_MAX_BYTES:
-                self.full, self.parts = True, {}
-                return
+            self.size += size
             self.parts.setdefault(table, {})[name] = kept
+
+    def get(self, table: str, name: str) -> pl.DataFrame | None:
+        """What it kept of part ``name`` of ``table`` (None: not kept)."""
+        return self.parts.get(table, {}).get(name)
 
     def covers(self, store, source_ids) -> set[str]:
         """The sources of ``source_ids`` whose rows in the store are all in parts it kept."""
-        if self.full:
-            return set()
-        from forensics.store.transaction import _base
-
         man, unseen = store.manifest(), set()
         for table in _READS:
             kept = self.parts.get(table, {})
             for part in man.tables.get(table, []):
                 if part not in kept:
-                    keys = man.shared.get(part) or [man.part_source.get(part) or ""]
-                    unseen.update(_base(k) for k in keys)
+                    unseen |= man.part_sources(part) or {""}
         return set(source_ids) - unseen
 
     def reduced(self, store, name: str, reduce, where: pl.Expr) -> pl.DataFrame:

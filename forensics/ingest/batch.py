@@ -305,16 +305,20 @@ class _Batch:
         if self.warming is not None:
             self.warming.join()
 
-    def _written(self, table: str, name: str, df: Any) -> None:
-        """A part written by the batch's transaction: what the verdict step reads of it is
-        kept (forensics.classifier.stored.Written; imported here, once the warming did).
+    def _written(self, table: str, name: str, df: Any, reduced: bool = False) -> None:
+        """A part written by the batch's transaction, or adopted with what its worker kept
+        of it (``reduced``): what the verdict step reads of it is kept
+        (forensics.classifier.stored.Written; imported here, once the warming did).
         Called from the threads that write parts, several at once at a commit."""
         with self._written_lock:
             if self.written is None:
                 from forensics.classifier.stored import Written
 
                 self.written = Written()
-        self.written(table, name, df)
+        if reduced:
+            self.written.keep(table, name, df)
+        else:
+            self.written(table, name, df)
 
     def stored_inodes(self, tx: Any) -> dict:
         """The inode index of the sources committed before this batch (built once: ``tx``
@@ -427,8 +431,10 @@ class _Batch:
         try:
             for key in job.drops:
                 self.tx.drop_source(key)
-            for table, tmp, keys in r["parts"]:
-                self.tx.adopt(table, Path(tmp), keys)
+            for table, tmp, keys, name in r["parts"]:
+                adopted = self.tx.adopt(table, Path(tmp), keys)
+                if r["kept"].get(name) is not None:  # the worker's Written of the part
+                    self._written(table, adopted, r["kept"][name], reduced=True)
             _record(self.tx, job.opened, r["parsed"])
         except BaseException:
             self.tx.rollback(point)

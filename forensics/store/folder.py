@@ -8,7 +8,7 @@ import errno
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -347,10 +347,13 @@ class Store:
         name: str,
         reduce: Callable[[pl.LazyFrame], pl.LazyFrame] | None,
         where: pl.Expr | None = None,
+        sources: Collection[str] | None = None,
     ) -> pl.DataFrame:
         """A summary of a whole table (of the rows ``where`` keeps), computed part by part
-        (see source_rows); ``reduce`` None: the rows themselves."""
-        return self._reduced(name, reduce or _same, where=where)
+        (see source_rows); ``reduce`` None: the rows themselves. ``sources``: rows of no other
+        source are wanted, so only the parts holding theirs are read (a verdict batch of one
+        log read every log's parts: 8 x 100 MB logs, each batch a scan of 800 MB of rows)."""
+        return self._reduced(name, reduce or _same, where=where, sources=sources)
 
     def _reduced(
         self,
@@ -358,6 +361,7 @@ class Store:
         reduce: Callable[[pl.LazyFrame], pl.LazyFrame],
         *,
         where: pl.Expr | None = None,
+        sources: Collection[str] | None = None,
     ) -> pl.DataFrame:
         """``reduce`` of the table, part by part, then over their union (see source_rows).
 
@@ -373,7 +377,12 @@ class Store:
         if name in self._cache:
             return pick(self._cache[name].lazy()).collect()
         tdir = self.root / "tables" / name
-        parts = [tdir / p for p in self.manifest().tables.get(name, [])]
+        man = self.manifest()
+        names = man.tables.get(name, [])
+        if sources is not None:  # and the parts tied to no source, which may hold any
+            wanted = set(sources)
+            names = [p for p in names if not (held := man.part_sources(p)) or held & wanted]
+        parts = [tdir / p for p in names]
         if not parts:  # no rows yet: the summary of none, over the declared columns
             return pick(_empty(name).lazy()).collect()
         try:

@@ -203,14 +203,19 @@ class Manifest:
             if not safe_part_name(p) or not safe_part_name(t + PART_SUFFIX)
         ]
 
+    def part_sources(self, part: str) -> set[str]:
+        """The ids of the sources whose rows ``part`` holds (empty: a part tied to none)."""
+        keys = self.shared.get(part) or [self.part_source.get(part) or ""]
+        return {k.split("~", 1)[0] for k in keys if k}
+
     def unlist(self, table: str, part: str) -> list[str]:
         """Take ``part`` out of the manifest; -> the ids of the sources whose rows it held,
         each marked to be read again from byte 0 by the next ingest of its log."""
         if part in self.tables.get(table, []):
             self.tables[table].remove(part)
-        keys = self.shared.pop(part, None) or [self.part_source.pop(part, "") or ""]
+        bases = sorted(self.part_sources(part))
+        self.shared.pop(part, None)
         self.part_source.pop(part, None)
-        bases = sorted({k.split("~", 1)[0] for k in keys if k})
         for sid in bases:
             rec = self.sources.get(sid)
             if rec is not None:  # not "unchanged", not "grown": re-read in full

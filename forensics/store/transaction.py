@@ -206,21 +206,21 @@ class Transaction:
         return name, tmp
 
     # -- parts written by other processes (forensics/ingest/pool.py) ------------------------
-    def write_staged(self) -> list[tuple[str, str, list[str]]]:
-        """Write what is staged; -> (table, tmp path, keys) of every part written. For a
-        transaction over a staging folder (``staging_store``), which is never committed: its
-        parts are adopted by the transaction of the store (``adopt``)."""
+    def write_staged(self) -> list[tuple[str, str, list[str], str]]:
+        """Write what is staged; -> (table, tmp path, keys, name here) of every part written.
+        For a transaction over a staging folder (``staging_store``), which is never committed:
+        its parts are adopted by the transaction of the store (``adopt``)."""
         self._flush_all()
         try:
             self._sync.files(tmp for _, _, tmp in self._new)
         finally:
             self._sync.close()
-        return [(t, str(tmp), self.man.shared.get(name, [])) for t, name, tmp in self._new]
+        return [(t, str(tmp), self.man.shared.get(n, []), n) for t, n, tmp in self._new]
 
-    def adopt(self, table: str, tmp: Path, keys: list[str]) -> None:
+    def adopt(self, table: str, tmp: Path, keys: list[str]) -> str:
         """Make a part written elsewhere in the store's folder (``write_staged`` in a worker)
         this transaction's: renamed into ``tables/`` at commit, deleted at abort, named with
-        this commit's generation like the parts it writes itself."""
+        this commit's generation like the parts it writes itself; -> its name."""
         name = f"{SHARED}{_kind(keys[0])}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}"
         name += ".parquet"
         (self.store.root / "tables" / table).mkdir(parents=True, exist_ok=True)
@@ -229,6 +229,7 @@ class Transaction:
         self.man.shared[name] = sorted(keys)
         self._indexed(table, name, keys)
         self.dirty = True
+        return name
 
     # -- finding a source's parts ------------------------------------------------------------
     def _index_of(self, sid: str) -> list[tuple[str, str, str]]:
