@@ -350,9 +350,8 @@ class Store:
         sources: Collection[str] | None = None,
     ) -> pl.DataFrame:
         """A summary of a whole table (of the rows ``where`` keeps), computed part by part
-        (see source_rows); ``reduce`` None: the rows themselves. ``sources``: rows of no other
-        source are wanted, so only the parts holding theirs are read (a verdict batch of one
-        log read every log's parts: 8 x 100 MB logs, each batch a scan of 800 MB of rows)."""
+        (see source_rows); ``reduce`` None: the rows themselves. ``sources``: only the parts
+        holding their rows are read (a verdict batch of one log read every log's parts)."""
         return self._reduced(name, reduce or _same, where=where, sources=sources)
 
     def _reduced(
@@ -366,9 +365,7 @@ class Store:
         """``reduce`` of the table, part by part, then over their union (see source_rows).
 
         ``where`` filters the rows before ``reduce``, once: over the union it would look for
-        columns a reduce may have dropped (``show`` keeps five decode columns, not
-        source_id: after a corrupt part was set aside mid-command that was an internal
-        error, issue 14 sixth round)."""
+        columns a reduce may have dropped (``show`` keeps no source_id: issue 14, round 6)."""
         import polars as pl
 
         def pick(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -377,11 +374,10 @@ class Store:
         if name in self._cache:
             return pick(self._cache[name].lazy()).collect()
         tdir = self.root / "tables" / name
-        man = self.manifest()
+        man, want = self.manifest(), set(sources or ())
         names = man.tables.get(name, [])
         if sources is not None:  # and the parts tied to no source, which may hold any
-            wanted = set(sources)
-            names = [p for p in names if not (held := man.part_sources(p)) or held & wanted]
+            names = [p for p in names if not (held := man.part_sources(p)) or held & want]
         parts = [tdir / p for p in names]
         if not parts:  # no rows yet: the summary of none, over the declared columns
             return pick(_empty(name).lazy()).collect()
