@@ -152,20 +152,52 @@ def test_a_workers_parts_are_read_from_memory(tmp_path, monkeypatch, shared_dir)
     assert _verdicts(store) == in_memory
 
 
-def test_past_the_cap_only_the_later_parts_go_to_the_store(tmp_path, monkeypatch):
-    """Written keeps parts until WRITTEN_MAX_BYTES: the logs whose parts it kept are read from
-    memory, those after the cap from the store (a cap that dropped everything kept sent every
-    log to the store), and the verdicts are the store's either way."""
-    monkeypatch.setattr(stored, "WRITTEN_MAX_BYTES", 200_000)
-    calls = _spy(monkeypatch)
+def test_past_the_cap_the_parts_kept_still_answer(tmp_path, monkeypatch):
+    """Written keeps parts while they fit in WRITTEN_MAX_BYTES: a part that does not fit is
+    not kept, and only its logs go to the store; the logs whose parts all fit are still
+    covered and read as the store reads them (a cap that dropped everything kept sent every
+    log to the store: eight 100 MB logs keep ~18 MB)."""
     store = Store.open(tmp_path / "store")
-    logs = sorted(FIX.glob("sglang_*.log"))
-    ingest(store, [str(p) for p in logs], jobs=1)
-    mine = {mine for mine, _ in calls}
-    assert mine == {True, False}, calls  # some logs from memory, the rest from the store
-    in_ingest = _verdicts(store)
-    refresh(store)
-    assert _verdicts(store) == in_ingest
+    for log in sorted(FIX.glob("sglang_*.log"))[:6]:  # one ingest each: parts of their own
+        ingest(store, [str(log)], jobs=1)
+    man = store.manifest()
+    parts = [
+        (t, p, pl.read_parquet(store.root / "tables" / t / p))
+        for t, _ in stored.TABLE_READS
+        for p in man.tables.get(t, [])
+    ]
+    sids = sorted(store.sources())
+    sizes = {}
+    for t, p, df in parts:
+        reduce = dict(stored.TABLE_READS)[t]
+        kept = df if reduce is None else reduce(df.lazy()).collect()
+        sizes[p] = stored._owned(kept).estimated_size()  # as Written counts it
+    total = {
+        sid: sum(sizes[p] for _, p, _ in parts if man.part_sources(p) == {sid}) for sid in sids
+    }
+    first = max(sizes, key=sizes.get)  # the largest part, fed first: it does not fit
+    small: list[str] = []  # then every part of the smallest logs, which all fit after it
+    for sid in sorted(set(sids) - man.part_sources(first), key=total.get):
+        if sum(total[x] for x in small) + total[sid] >= sizes[first]:
+            break
+        small.append(sid)
+    assert small, "no log smaller than the largest part"
+    monkeypatch.setattr(stored, "WRITTEN_MAX_BYTES", sizes[first] - 1)
+    written = stored.Written()
+    order = [x for x in parts if x[1] == first]
+    order += [x for x in parts if man.part_sources(x[1]) & set(small)]
+    for t, p, df in order:
+        written(t, p, df)
+    assert written.get(order[0][0], first) is None  # past the cap: not kept
+    assert all(written.get(t, p) is not None for t, p, _ in order[1:])  # kept after the miss
+    covered = written.covers(store, sids)
+    assert covered == set(small)
+    keep = pl.col("source_id").is_in(sorted(covered))
+    for name, reduce in stored.TABLE_READS:
+        mine = written.reduced(store, name, reduce, where=keep)
+        theirs = store.reduced(name, reduce, where=keep)
+        cols = mine.columns
+        assert mine.sort(cols).equals(theirs.select(cols).sort(cols)), name
 
 
 def test_a_read_for_some_logs_reads_only_their_parts(tmp_path, monkeypatch):

@@ -98,36 +98,31 @@ class Written:
     ingest, a worker's part adopted from another process) sends that source to the store.
     A worker of a parallel ingest keeps its own and sends it with its parts
     (forensics/ingest/pool.py): the main process ``keep``s it under the adopted part's name.
-    Memory: bounded by WRITTEN_MAX_BYTES; the first part past it and every later one are not
-    kept, so their sources are read from the store (a log of 100,000 launches), the sources
-    kept before it are not (eight 100 MB logs keep ~18 MB: a cap that dropped everything sent
-    all eight to the store)."""
+    Memory: bounded by WRITTEN_MAX_BYTES; a part that does not fit is not kept, so its
+    sources are read from the store (a log of 100,000 launches), the others are not (eight
+    100 MB logs keep ~18 MB: a cap that dropped everything sent all eight to the store)."""
 
     def __init__(self) -> None:
         self.parts: dict[str, dict[str, pl.DataFrame]] = {}  # table -> part name -> reduce
         self.size = 0
-        self.full = False
         # parts are told from several threads at once (a commit writes its last parts 4 at a
         # time): each reduce is computed outside it, what is kept is added under it
         self._lock = threading.Lock()
 
     def __call__(self, table: str, name: str, df: pl.DataFrame) -> None:
         """A part written (the transaction's ``on_write``)."""
-        if self.full or table not in _READS:
+        if self.size >= WRITTEN_MAX_BYTES or table not in _READS:
             return
         reduce = _READS[table]
         self.keep(table, name, df if reduce is None else reduce(df.lazy()).collect())
 
     def keep(self, table: str, name: str, kept: pl.DataFrame) -> None:
         """Part ``name``'s reduce ``kept``, computed here or by the worker that wrote it."""
-        if self.full:
-            return
         kept = _owned(kept)
         size = kept.estimated_size()
         with self._lock:
-            if self.full or self.size + size > WRITTEN_MAX_BYTES:
-                self.full = True
-                return
+            if self.size + size > WRITTEN_MAX_BYTES:
+                return  # not kept: the sources of the part are read from the store (covers)
             self.size += size
             self.parts.setdefault(table, {})[name] = kept
 
