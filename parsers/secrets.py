@@ -13,7 +13,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
-from forensics_parsers.secret_search import Text, compiled, leading_literals, matches, sub
+from forensics_parsers.secret_search import OnFirstUse, Text, leading_literals, matches, sub
 
 if TYPE_CHECKING:  # polars only for ``redact_lines``: the rest runs on a bare python3 (a
     import polars as pl  # launch's host runs this module's source: launcher/scrub.py)
@@ -228,7 +228,7 @@ _AT = ["secret_flag", "hf_token", "hf_org_token", "openai_key", "aws_key_id", "g
        "query_token", *("option_" + name for name, _, _ in SECRET_OPTIONS)]  # fmt: skip
 STARTS = {**dict.fromkeys(_AT, "at"), "url_password": "after"}  # (python3 of any launch host)
 STARTS.update(dict.fromkeys(["secret_key_value", "bare_token", "secret_key_space"], "word"))
-_RULES = compiled(RULES, STARTS)
+_rules = OnFirstUse(RULES, STARTS)  # RULES compiled when a text is first searched
 # a cheap vectorised test for lines that may hold one (polars' regex: no look-around)
 HINT = (
     r"(?i)hf_|--[a-z-]*token|api_org_|sk-|bearer|://|_token|token=|api[_-]?key|password|passwd|"
@@ -294,7 +294,7 @@ def redact(text: str) -> str:
     t = Text(text)
     escaped = _redact_escaped(t)
     t = t if escaped == text else Text(escaped)
-    for rule in _RULES:
+    for rule in _rules():
         new = sub(rule, _sub, t)
         if new is not t.text:  # (a mark: the rules after it search the text as it is now)
             t = Text(new)
@@ -447,7 +447,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
 
 def _plain_spans(t: Text) -> list[tuple[int, int]]:
     spans, text = [], t.text
-    for rule in _RULES:
+    for rule in _rules():
         for m in matches(rule, t):
             v = m.groupdict().get("v")
             if not v:

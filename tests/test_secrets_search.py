@@ -112,7 +112,7 @@ def test_each_rule_finds_what_it_finds_searching_the_whole_text_on_every_spellin
     with mock.patch.object(secret_search, "DENSE", dense):
         for s in FRAGMENTS + PAIRS + glued + [p + " " + q for p, q in zip(PAIRS, PAIRS[::-1])]:
             t = Text(s)
-            for rule in secrets._RULES:
+            for rule in secrets._rules():
                 assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), (s, rule.rx.pattern)
 
 
@@ -121,7 +121,7 @@ def test_each_rule_finds_what_it_finds_searching_the_whole_text_on_every_spellin
 def test_each_rule_finds_what_it_finds_searching_the_whole_text(s, dense):
     t = Text(s)
     with mock.patch.object(secret_search, "DENSE", dense):
-        for rule in secrets._RULES:
+        for rule in secrets._rules():
             assert _spans(matches(rule, t)) == _spans(rule.rx.finditer(s)), rule.rx.pattern[:60]
 
 
