@@ -5,7 +5,8 @@ not: ``forensics.logsource.LogSource.raw``), or by reading the file (_Hasher.of_
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -24,8 +25,7 @@ class _Hasher:
     def __init__(self) -> None:
         self.h = hashlib.sha1()
         self.size = 0
-        self._pool: Any = None  # the executor of ``beside``
-        self._last: Any = None  # the update in flight there (one at most)
+        self._beside: _Updates | None = None  # the thread of ``beside``
 
     def hexdigest(self) -> str:
         self._wait()
@@ -41,31 +41,30 @@ class _Hasher:
         if pos <= self.size < end:
             part = memoryview(chunk)[self.size - pos :]
             self._wait()  # in order, and one chunk held at most
-            if self._pool is not None and isinstance(chunk, bytes):  # immutable: safe later
-                self._last = self._pool.submit(self.h.update, part)
+            if self._beside is not None and isinstance(chunk, bytes):  # immutable: safe later
+                self._beside.put(self.h.update, part)
             else:
                 self.h.update(part)
             self.size = end
 
     def _wait(self) -> None:
-        last, self._last = self._last, None
-        if last is not None:
-            last.result()
+        if self._beside is not None:
+            self._beside.wait()
 
     @contextmanager
     def beside(self) -> Iterator[_Hasher]:
         """Hash in a thread while the block reads; the thread ends with the block, which
         waits for the last update (enter it before, and leave it after, the threads that
         read: every feed happens inside it)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1, thread_name_prefix="forensics-hash") as pool:
-            self._pool = pool
-            try:
-                yield self
-            finally:
-                self._pool = None
-        self._wait()
+        self._beside = updates = _Updates()
+        try:
+            yield self
+        except BaseException:
+            self._beside = None
+            updates.close(raising=False)  # (the block's error, not an update's)
+            raise
+        self._beside = None
+        updates.close()  # after the last update (raises what an update raised)
 
     def of_file(self, src: Any, upto: int) -> str | None:
         """Hash the first ``upto`` bytes of the log source ``src`` (opened with this hasher,
@@ -83,3 +82,59 @@ class _Hasher:
         except (ReadIncomplete, InputNotFound, OSError):
             return None
         return self.hexdigest() if self.size == upto else None
+
+
+class _Updates:
+    """A thread of its own that runs each call handed to it (``put``), in order, one in
+    flight at most (``wait`` for it; what it raised is raised there): a one-worker
+    ThreadPoolExecutor without concurrent.futures' import (logging with it: ~6 ms of an
+    unchanged re-ingest's CPU)."""
+
+    def __init__(self) -> None:
+        self._call: tuple[Callable[[Any], Any], Any] | None = None  # None: end the thread
+        self._ready = threading.Semaphore(0)  # a call is handed over
+        self._done = threading.Semaphore(0)  # ... and has returned
+        self._busy = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="forensics-hash")
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            self._ready.acquire()
+            call, self._call = self._call, None
+            if call is None:
+                return
+            try:
+                call[0](call[1])
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's ``wait``
+                self._error = exc
+            finally:
+                del call  # the chunk is not held while the next is read
+                self._done.release()
+
+    def put(self, fn: Callable[[Any], Any], arg: Any) -> None:
+        self.wait()
+        self._call, self._busy = (fn, arg), True
+        self._ready.release()
+
+    def wait(self) -> None:
+        if self._busy:
+            self._done.acquire()
+            self._busy = False
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def close(self, raising: bool = True) -> None:
+        """Wait for the call in flight, then end the thread (joined: none outlives it)."""
+        try:
+            if raising:
+                self.wait()
+            elif self._busy:
+                self._done.acquire()
+                self._busy = False
+        finally:
+            self._call = None
+            self._ready.release()
+            self._thread.join()
