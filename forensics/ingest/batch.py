@@ -54,7 +54,6 @@ def ingest(
     when none exists. ``run``: attach the results files to this run (else by time/server).
     ``jobs``: worker processes parsing files at once (default: the cores; 1: none)."""
     from forensics.bench_results import is_results_file
-    from forensics.ingest.pool import default_jobs
 
     t0 = time.monotonic()
     summary = IngestSummary()
@@ -66,7 +65,11 @@ def ingest(
         importing.join()
         raise
     logs = sum(1 for _, p in files if not is_results_file(p))
-    jobs = (jobs or default_jobs()) if logs > 1 else 1  # one file: parsed here, no worker
+    if logs > 1 and not jobs:
+        from forensics.ingest.pool import default_jobs
+
+        jobs = default_jobs()
+    jobs = jobs if logs > 1 else 1  # one file: parsed here, no worker (no pool imported)
     _expect_streams(files, jobs)
     # set before this ingest: an earlier one stopped before its verdict step (read before
     # this ingest's own commits set it again)
@@ -124,19 +127,24 @@ def _verdicts(store: Store, summary: IngestSummary, batch: _Batch, left_unverdic
     ]
 
 
-def _import_parser_ahead(inputs: list[str]) -> threading.Thread:
+def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
     """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
     a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
-    waits for the host, and the parse needed the import after it (issue 15, remote). A
-    thread that does nothing otherwise (joined all the same)."""
+    waits for the host, and the parse needed the import after it (issue 15, remote). None
+    otherwise (a thread started and joined for nothing: its start waits for it to run,
+    milliseconds on a busy machine, an unchanged re-ingest's)."""
     from forensics.hosts import is_remote
 
-    remote = any(is_remote(text) for text in inputs)
-    thread = threading.Thread(
-        target=_import_parser if remote else None, name="forensics-parser-import"
-    )
+    if not any(is_remote(text) for text in inputs):
+        return _NoThread()
+    thread = threading.Thread(target=_import_parser, name="forensics-parser-import")
     thread.start()
     return thread
+
+
+class _NoThread:
+    def join(self) -> None:
+        pass
 
 
 def _import_parser() -> None:
@@ -464,9 +472,9 @@ class _Batch:
 
     def remove_staging(self) -> None:
         """The staging folder, once the parts adopted from it are committed (or aborted)."""
-        from forensics.store.staging import remove_staging
-
         if self.staging is not None:
+            from forensics.store.staging import remove_staging
+
             remove_staging(self.staging)
             self.staging = None
 
