@@ -27,10 +27,8 @@ Nothing is read whole: every chunk yielded is at most ``READ_CHUNK`` bytes of UT
 
 from __future__ import annotations
 
-import bz2
 import codecs
 import io
-import lzma
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -114,6 +112,24 @@ def _lz4() -> Any:
     return lz4.frame.LZ4FrameDecompressor()
 
 
+def _xz() -> Any:  # (lzma and bz2 imported for a log that needs them, as zstd and lz4)
+    import lzma
+
+    return lzma.LZMADecompressor()
+
+
+def _xz_errors() -> tuple[type[BaseException], ...]:
+    import lzma
+
+    return (lzma.LZMAError,)
+
+
+def _bz2() -> Any:
+    import bz2
+
+    return bz2.BZ2Decompressor()
+
+
 @dataclass(frozen=True)
 class Format:
     """A kind of file told by its first bytes.
@@ -149,15 +165,15 @@ FORMATS: tuple[Format, ...] = (
         "xz",
         b"\xfd7zXZ\x00",
         "xz-compressed",
-        lzma.LZMADecompressor,
-        lambda: (lzma.LZMAError,),
+        _xz,
+        _xz_errors,
         suffix=".xz",
     ),
     Format(
         "bzip2",
         b"BZh",
         "bzip2-compressed",
-        bz2.BZ2Decompressor,
+        _bz2,
         lambda: (OSError, ValueError),
         suffix=".bz2",
     ),

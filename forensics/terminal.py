@@ -19,8 +19,6 @@ keep the exact value (JSON escapes the controls itself).
 from __future__ import annotations
 
 import re
-import shutil
-import textwrap
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -88,6 +86,8 @@ def terminal_columns() -> int:
     """The width tables fit: ``$COLUMNS`` when it is a positive number, else the terminal's
     own width, else DEFAULT_WIDTH; at most WIDTH_MAX. ``COLUMNS=0``, ``-5``, ``abc`` or empty
     are taken as unset."""
+    import shutil  # (here: with bz2 and lzma, ~2 ms a command that draws no table pays not)
+
     return min(WIDTH_MAX, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns or DEFAULT_WIDTH)
 
 
@@ -115,6 +115,8 @@ def wrapped(text: str, width: int) -> str:
     indented under the line's text (after its indent and a leading bullet, ``try:``,
     ``Warning:`` or number); words longer than the width (paths, URLs) are kept whole, and so
     are the ONE_LINE records."""
+    import textwrap
+
     width = max(PROSE_MIN, width)
     out = []
     for line in text.split("\n"):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal as _signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.hosts.base import (
     CHUNK,
@@ -26,6 +25,9 @@ from forensics.hosts.base import (
 )
 from forensics.hosts.capture import _Capped, _captures, _result_streams
 from forensics.hosts.globbing import _glob_with, _no_match
+
+if TYPE_CHECKING:  # imported by the commands that run one: reading files needs none
+    import subprocess
 
 
 class LocalHost(Host):
@@ -44,6 +46,8 @@ class LocalHost(Host):
         spill_dir: str | os.PathLike | None = None,
         spill_name: str | None = None,
     ) -> CmdResult:
+        import subprocess
+
         start = time.monotonic()
         proc = subprocess.Popen(
             ["sh", "-c", script],
@@ -193,6 +197,8 @@ def _feed(pipe: Any, data: bytes) -> None:
 
 def _kill_group(proc: subprocess.Popen, grace: float) -> None:
     """SIGTERM the process group we created, then SIGKILL it after ``grace`` seconds."""
+    import subprocess
+
     for sig in (_signal.SIGTERM, _signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
