@@ -91,3 +91,55 @@ def test_a_local_reingest_imports_no_ssh_nor_config_module(tmp_path):
 
     assert hosts.SSHHost.__module__ == "forensics.hosts.ssh"
     assert hosts.load_config.__module__ == "forensics.hosts.config"
+
+
+# What an unchanged re-ingest of one file needs: the CLI, the ingest and store modules, the
+# hash. Not these (issue 15, "Unchanged re-ingest, ninth stop"): the parser and polars, the
+# other command groups' modules, a thread pool's (concurrent.futures, with logging), a
+# subprocess's, a table's (shutil); nor the secret rules compiled (the output holds nothing
+# HINT picks).
+NOT_IMPORTED = (
+    "polars",
+    "forensics_parsers.sglang",
+    "forensics.cli_diagnose",
+    "forensics.cli_sim",
+    "forensics.cli_store",
+    "concurrent.futures",
+    "logging",
+    "subprocess",
+    "shutil",
+)
+
+
+def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path):
+    """One unchanged file, as big as to be hashed in a thread beside its reads (its
+    threshold lowered in the probe); the same outcome as before."""
+    log = tmp_path / "x.log"
+    shutil.copy(FIXTURES / LOGS[0], log)
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    probe = (
+        "import atexit, json, sys\n"
+        "def said():\n"
+        "    s = sys.modules['forensics_parsers.secrets']\n"
+        "    compiled = getattr(s, '_RULES', None) is not None or (\n"
+        "        getattr(s, '_rules', None) is not None and s._rules._rules is not None)\n"
+        f"    print(json.dumps([m for m in {NOT_IMPORTED!r} if m in sys.modules] + \n"
+        "                     ['secret rules compiled'] * compiled))\n"
+        "atexit.register(said)\n"
+        "import forensics.ingest.hashing as h; h.BESIDE_MIN_BYTES = 1\n"
+        "from forensics.entry import main; main()"
+    )
+    outs = []
+    for _ in range(2):  # new, then unchanged
+        p = subprocess.run(
+            [sys.executable, "-c", probe, "ingest", "--json", str(log)],
+            env=env,
+            capture_output=True,
+        )
+        assert p.returncode == 0, p.stderr
+        document, loaded = p.stdout.decode().rsplit("}", 1)
+        outs.append((json.loads(document + "}"), json.loads(loaded)))
+    (new, _), (again, loaded) = outs
+    assert again["files_by_status"] == {"unchanged": 1}
+    assert [f["runs"] for f in again["file_details"]] == [f["runs"] for f in new["file_details"]]
+    assert loaded == []
