@@ -28,8 +28,8 @@ SCRIPT = Path(sys.executable).with_name("forensics")
 MOMENTS = (
     "forensics.entry",  # the entry point begins (before it: the interpreter's own start-up)
     "forensics.errors",  # the import of forensics.cli begins
-    "forensics.sim.perf",  # inside it
-    "forensics.cli",  # imported, every command group registered: main is about to run
+    "forensics.terminal",  # inside it
+    "forensics.cli",  # imported: main is about to run (and import the command's group module)
     "polars",  # in the command: classify imports the parser
     ("polars", 0.5),  # in the command, waiting for the paste (if it got there by then)
 )
