@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported with the first fsync's threads (an unchanged re-ingest has none)
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 SYNC_THREADS = 8  # fsyncs in flight at once (they wait for the device, not for a core)
 
@@ -44,6 +46,8 @@ class Syncer:
     def _submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         with self._lock:
             if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="forensics-fsync")
             return self._pool.submit(fn, *args)
 
