@@ -4,15 +4,19 @@ be the ones the store's rows give, whole (explanation, evidence, next steps)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 
 from forensics.classifier import stored
+from forensics.classifier.stream import KEEP_ROWS
 from forensics.ingest import ingest
 from forensics.store import Store
+from forensics.store.manifest import Manifest
 from forensics.verdicts import TABLE, refresh
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -226,3 +230,111 @@ def test_a_read_for_some_logs_reads_only_their_parts(tmp_path, monkeypatch):
             whole = store.reduced(name, reduce, where=mine)
             assert len(read) == len(man.tables.get(name, []))
             assert pruned.equals(whole), (name, sid)
+
+
+# -- Written's memory: copies of the rows kept, and at most WRITTEN_MAX_BYTES of them ----------
+class _ArrowArray(ctypes.Structure):
+    pass
+
+
+_ArrowArray._fields_ = [
+    ("length", ctypes.c_int64),
+    ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64),
+    ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64),
+    ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.POINTER(ctypes.POINTER(_ArrowArray))),
+    ("dictionary", ctypes.POINTER(_ArrowArray)),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(_ArrowArray))),
+    ("private_data", ctypes.c_void_p),
+]
+
+
+class _ArrowSchema(ctypes.Structure):
+    _fields_ = [
+        ("format", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("metadata", ctypes.c_char_p),
+        ("flags", ctypes.c_int64),
+        ("n_children", ctypes.c_int64),
+        ("children", ctypes.c_void_p),
+        ("dictionary", ctypes.c_void_p),
+        ("release", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+        ("private_data", ctypes.c_void_p),
+    ]
+
+
+def _buffers(df: pl.DataFrame, column: str) -> set[int]:
+    """The addresses of the Arrow buffers holding ``column`` (every chunk, exported through
+    the Arrow C data interface): a slice or filter of a string column shares its data buffers,
+    so a frame that holds another's rows without copying them has some of its addresses."""
+
+    def walk(arr: _ArrowArray) -> set[int]:
+        out = {arr.buffers[i] for i in range(arr.n_buffers) if arr.buffers[i]}
+        for c in range(arr.n_children):
+            out |= walk(arr.children[c].contents)
+        return out
+
+    found: set[int] = set()
+    for chunk in df[column].get_chunks():
+        arr, schema = _ArrowArray(), _ArrowSchema()
+        chunk._export_arrow_to_c(ctypes.addressof(arr), ctypes.addressof(schema))
+        found |= walk(arr)
+        arr.release(ctypes.byref(arr))
+        schema.release(ctypes.addressof(schema))
+    return found
+
+
+def _lines_part(runs: int, rows: int, width: int, source: str = "s") -> pl.DataFrame:
+    """A part of the lines table: ``rows`` lines of ``width`` characters in each of ``runs``
+    runs (distinct texts, longer than a string view's 12 inline bytes)."""
+    n = runs * rows
+    return pl.DataFrame(
+        {
+            "source_id": [source] * n,
+            "run_index": [i // rows for i in range(n)],
+            "text": [f"{i:012d} " + "x" * width for i in range(n)],
+        }
+    )
+
+
+def test_written_keeps_copies_of_the_rows_not_the_parts_buffers():
+    """What Written keeps of a part (its head and tail per run) is in buffers of its own: a
+    slice of the part shared the whole part's text, which estimated_size does not count
+    (8 files of 100 MB: +70 MB peak RSS before the copy)."""
+    part = _lines_part(runs=2, rows=KEEP_ROWS["lines"] * 2, width=40)
+    w = stored.Written()
+    w("lines", "p1", part)
+    w("runs", "p2", part.select("source_id", "run_index").unique(maintain_order=True))
+    kept = w.parts["lines"]["p1"]
+    assert 0 < len(kept) < len(part)  # a head and a tail of each run
+    assert _buffers(part, "text")  # the check sees the part's buffers ...
+    assert not _buffers(kept, "text") & _buffers(part, "text")  # ... and none is kept
+    # the reduce alone (no copy) shares them: what the assertion above would see
+    reduced = stored._READS["lines"](part.lazy()).collect()
+    assert _buffers(reduced, "text") & _buffers(part, "text")
+
+
+def test_written_keeps_at_most_its_cap():
+    """Parts past WRITTEN_MAX_BYTES (16 MB) of what the verdict step reads: Written keeps
+    those that fit and no more, its bytes never over the cap, and answers only for the
+    sources whose parts it kept (the others are read from the store)."""
+    w = stored.Written()
+    part_bytes = 0
+    for i in range(12):  # 12 parts of ~2.3 MB kept each: ~28 MB in all
+        part = _lines_part(runs=1, rows=8_000, width=280, source=f"s{i}")
+        w("lines", f"p{i}", part)
+        part_bytes += stored._owned(stored._READS["lines"](part.lazy()).collect()).estimated_size()
+        kept = sum(df.estimated_size() for t in w.parts.values() for df in t.values())
+        assert kept <= 16 << 20
+    assert part_bytes > 16 << 20  # the parts were over the cap ...
+    kept_parts = set(w.parts["lines"])
+    assert 0 < len(kept_parts) < 12  # ... so it kept some of them, not all
+    man = Manifest(
+        tables={"lines": [f"p{i}" for i in range(12)]},
+        part_source={f"p{i}": f"s{i}" for i in range(12)},
+    )
+    store = SimpleNamespace(manifest=lambda: man)
+    sources = [f"s{i}" for i in range(12)]
+    assert w.covers(store, sources) == {f"s{p[1:]}" for p in kept_parts}
