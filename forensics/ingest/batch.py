@@ -54,7 +54,9 @@ def ingest(
     when none exists. ``run``: attach the results files to this run (else by time/server).
     ``jobs``: worker processes parsing files at once (default: the cores; 1: none)."""
     from forensics.bench_results import is_results_file
+    from forensics.ingest.heap import one_arena
 
+    one_arena()  # before the ingest's threads start (forensics/ingest/heap.py)
     t0 = time.monotonic()
     summary = IngestSummary()
     _check_pattern(name_pattern)

@@ -92,6 +92,9 @@ def _worker_entry() -> None:
     import sys
     from multiprocessing.connection import Connection
 
+    from forensics.ingest.heap import one_arena
+
+    one_arena()  # before the parse's threads start (forensics/ingest/heap.py)
     for sig in _SIGNALS:  # Ctrl-C, kill, hang-up: the main process's to handle (it stops us)
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start

@@ -1,0 +1,62 @@
+"""An ingest's threads share one glibc malloc arena (forensics/ingest/heap.py): with an arena
+each, the chunks they free stayed resident as free memory of their arenas (8 copies of the
+100 MB busy mix: 60-130 MB of the peak RSS, docs/performance.md "Peak RSS, ninth stop")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).parent.parent / "fixtures"
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "confstr") or not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc only"
+)
+
+# after ``setup``: threads that allocate at once, then glibc's own count of its arenas
+# (malloc_stats prints an "Arena N:" block per arena on stderr)
+PROBE = """
+import ctypes, sys, threading
+{setup}
+barrier = threading.Barrier(4)
+def work():
+    barrier.wait()
+    keep = [bytes(200_000) for _ in range(50)]
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stderr.flush()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def _arenas(setup: str, tmp_path: Path) -> int:
+    env = dict(os.environ, FORENSICS_HOME=str(tmp_path / "home"))
+    env.pop("MALLOC_ARENA_MAX", None)
+    got = subprocess.run(
+        [sys.executable, "-c", PROBE.format(setup=setup)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return sum(1 for line in got.stderr.splitlines() if line.startswith("Arena "))
+
+
+def test_threads_after_one_arena_share_the_main_arena(tmp_path):
+    assert _arenas("", tmp_path) > 1  # the probe's threads take arenas of their own ...
+    setup = "from forensics.ingest.heap import one_arena; one_arena()"
+    assert _arenas(setup, tmp_path) == 1  # ... not after one_arena
+
+
+def test_an_ingest_sets_one_arena(tmp_path):
+    log = FIX / "sglang_fail_capture.log"
+    setup = (
+        "from forensics.ingest import ingest; from forensics.store import Store; "
+        f"ingest(Store.open({str(tmp_path / 'store')!r}), [{str(log)!r}], jobs=1)"
+    )
+    assert _arenas(setup, tmp_path) == 1
