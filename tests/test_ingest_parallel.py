@@ -274,3 +274,49 @@ def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch,
     assert sorted(st.sources()) == sorted(f.source_id for f in s.files)
     assert st.table("runs").height == len(s.files)
     assert not list((root / "staging").glob("*"))
+
+
+def test_a_second_interrupt_at_an_adoptions_rollback_commits_no_part_without_its_source(
+    tmp_path, monkeypatch
+):
+    """One Ctrl-C, two KeyboardInterrupts (forensics/errors.py): polars' own in the adoption of
+    a worker's file (Written.keep's IPC round trip), then Python's handler's at the next check,
+    the first instruction of the savepoint's rollback. The interrupt's commit held that file's
+    adopted parts without its source record, and the same command stored its rows again (a
+    flake of test_interrupted_parallel_ingest_..._completes[ctrl-c]: one log's decode rows
+    twice). Here both interrupts are raised at those points."""
+    import forensics.ingest.batch as batch
+    from forensics.store.transaction import Transaction
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(batch, "BATCH_FILES", 1000)
+    monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
+    fired: list[str] = []
+    written, rollback = batch._Batch._written, Transaction.rollback
+
+    def polars_interrupt(self, table, name, df, reduced=False):
+        if reduced and not fired:  # a worker's kept reduce, as the file is adopted
+            fired.append("polars")
+            raise KeyboardInterrupt
+        return written(self, table, name, df, reduced)
+
+    def handler_interrupt(self, point):
+        if fired == ["polars"]:  # the pending second one, before the rollback's first line
+            fired.append("handler")
+            raise KeyboardInterrupt
+        return rollback(self, point)
+
+    monkeypatch.setattr(batch._Batch, "_written", polars_interrupt)
+    monkeypatch.setattr(Transaction, "rollback", handler_interrupt)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 1, i)) for i in range(3)]
+    home = tmp_path / "st"
+    assert ingest(Store.open(home), logs, jobs=2).interrupted
+    assert fired == ["polars", "handler"]
+    st = Store.open(home)
+    for t in json.loads((home / "manifest.json").read_text())["tables"]:
+        ids = set(st.table(t)["source_id"]) if "source_id" in st.table(t).columns else set()
+        assert ids <= set(st.sources()), f"rows of {t} committed without their source record"
+    assert ingest(Store.open(home), logs, jobs=2).files
+    serial = tmp_path / "serial"
+    ingest(Store.open(serial), logs, jobs=1)
+    _same_store(serial, home, skip=("verdicts",))

@@ -143,3 +143,32 @@ def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path):
     assert again["files_by_status"] == {"unchanged": 1}
     assert [f["runs"] for f in again["file_details"]] == [f["runs"] for f in new["file_details"]]
     assert loaded == []
+
+
+def test_a_ctrl_c_while_the_hash_thread_starts_leaves_no_thread(monkeypatch):
+    """A KeyboardInterrupt in ``_Updates``' ``Thread.start`` (it waits for the new thread to
+    run): the thread had started and waited for a call no one would hand it; the interrupted
+    ingest printed "Interrupted:" and its interpreter waited for that thread forever at exit
+    (a flake of tests/test_ingest_parallel.py's ctrl-c case: TimeoutExpired). It ends."""
+    import threading
+
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def interrupted_start(self):
+        start(self)
+        started.append(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    try:
+        hashing._Updates()
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    (thread,) = started
+    thread.join(30)
+    alive = thread.is_alive()
+    if alive:  # the old code's thread: ended here, so this test's process can exit
+        thread._target.__self__._ready.release()
+    assert not alive, "the hash thread outlived its interrupted start"

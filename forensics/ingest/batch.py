@@ -301,6 +301,9 @@ class _Batch:
         # with the first parse: the classifier imports beside it)
         self.written: Any = None
         self._written_lock = threading.Lock()
+        # the savepoint of the file being added (run, _adopt), until it is in whole: a commit
+        # rolls it back first (``_roll_back_cut``)
+        self._cut: tuple[Any, Any] | None = None
 
     def warm_verdicts(self) -> None:
         """A parse begins here: the verdict step's imports and model load start beside it,
@@ -353,7 +356,10 @@ class _Batch:
         self._open()
         sid = source_id(host.name, path)
         # with the sources of its inode: a log renamed and grown continues one of them
-        point = self.tx.savepoint(sid, *inode_sources(self.tx, self, host.name, path))
+        self._cut = (
+            self.tx,
+            self.tx.savepoint(sid, *inode_sources(self.tx, self, host.name, path)),
+        )
         try:
             if self.jobs > 1:
                 out, later = self._dispatch(host, path, summary, name_pattern, report)
@@ -363,8 +369,9 @@ class _Batch:
                     False,
                 )
         except BaseException:
-            self.tx.rollback(point)
+            self._roll_back_cut()
             raise
+        self._cut = None
         # listed before anything below may raise: a Ctrl-C in the adoption of an earlier
         # file's worker must not leave this file committed but missing from the summary
         summary.files.append(out)
@@ -437,7 +444,7 @@ class _Batch:
             )
             self._done(out)
             return
-        point = self.tx.savepoint(out.source_id)
+        self._cut = (self.tx, self.tx.savepoint(out.source_id))
         try:
             for key in job.drops:
                 self.tx.drop_source(key)
@@ -447,8 +454,9 @@ class _Batch:
                     self._written(table, adopted, r["kept"][name], reduced=True)
             _record(self.tx, job.opened, r["parsed"])
         except BaseException:
-            self.tx.rollback(point)
+            self._roll_back_cut()
             raise
+        self._cut = None
         out.lines, out.decode_lines = out.lines + r["lines"], out.decode_lines + r["decode_lines"]
         out.reason = out.reason or r["reason"]
         for mine, theirs in ((summary.counts, r["counts"]), (summary.stats, r["stats"])):
@@ -480,7 +488,21 @@ class _Batch:
             remove_staging(self.staging)
             self.staging = None
 
+    def _roll_back_cut(self) -> None:
+        """Undo what was added of a file an exception cut short (its savepoint). Called where
+        that exception is caught, and again by the commit that follows it: one Ctrl-C may
+        raise twice (polars' KeyboardInterrupt, then Python's handler's at the next check:
+        forensics/errors.py), and the second one fired at the rollback's first instruction,
+        so an adopted file's parts were committed without its source record and the same
+        command stored its rows again (tests/test_ingest_parallel.py). A rollback cut short
+        is run again from the start: it restores what the savepoint saved."""
+        cut = self._cut
+        if cut is not None and cut[0] is self.tx:
+            cut[0].rollback(cut[1])
+        self._cut = None
+
     def commit(self) -> None:
+        self._roll_back_cut()  # a file cut short, whose rollback a second interrupt stopped
         if self.tx is None:
             return
         if any(f.status in CHANGED for f in self.files):

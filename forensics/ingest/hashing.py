@@ -96,8 +96,15 @@ class _Updates:
         self._done = threading.Semaphore(0)  # ... and has returned
         self._busy = False
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, name="forensics-hash")
-        self._thread.start()
+        # a daemon, and ended when its start is interrupted: a Ctrl-C in ``start`` (it waits
+        # for the thread to run) left it waiting for a call, and the interpreter's exit
+        # waited for it forever (an interrupted ingest hung after "Interrupted:")
+        self._thread = threading.Thread(target=self._work, name="forensics-hash", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:
+            self._ready.release()  # no call: the thread, if it started, returns
+            raise
 
     def _work(self) -> None:
         while True:
