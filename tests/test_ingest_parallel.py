@@ -320,3 +320,32 @@ def test_a_second_interrupt_at_an_adoptions_rollback_commits_no_part_without_its
     serial = tmp_path / "serial"
     ingest(Store.open(serial), logs, jobs=1)
     _same_store(serial, home, skip=("verdicts",))
+
+
+def test_a_ctrl_c_just_after_a_commit_replaced_the_manifest_lists_its_files_committed(
+    tmp_path, monkeypatch
+):
+    """A Ctrl-C in a batch's commit after its manifest replaced the store's (the store's
+    clean-up, the fsync of its folder, the lock's release): the batch's files are in the
+    store and listed as committed ("Interrupted: 0 file(s) committed" was said of a store
+    holding 2, in about 1 of 5 interrupted parallel ingests)."""
+    import forensics.ingest.batch as batch
+    from forensics.store.folder import Store as Folder
+
+    monkeypatch.setattr(batch, "BATCH_FILES", 2)
+    monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
+    gc = Folder._gc
+
+    def interrupted_gc(self, man):
+        gc(self, man)
+        if man.sources:  # the first batch's commit, its manifest written
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Folder, "_gc", interrupted_gc)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.2, i)) for i in range(3)]
+    home = tmp_path / "st"
+    s = ingest(Store.open(home), logs, jobs=1)
+    assert s.interrupted
+    stored = set(Store.open(home).sources())
+    assert len(stored) == 2
+    assert {f.source_id for f in s.files if f.committed} == stored

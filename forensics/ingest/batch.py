@@ -507,15 +507,17 @@ class _Batch:
             return
         if any(f.status in CHANGED for f in self.files):
             self.tx.set_meta(VERDICTS_PENDING, True)
-        cm, self._cm, self.tx = self._cm, None, None
+        cm, tx, self._cm, self.tx = self._cm, self.tx, None, None
         files, self.files = self.files, []
         t0 = time.monotonic()
         try:
             cm.__exit__(None, None, None)
             self.last_commit_s = time.monotonic() - t0
         except BaseException:
+            # a Ctrl-C after the manifest was replaced (its fsync, the lock's release): the
+            # files are in the store, and said so ("Interrupted: N file(s) committed")
             for f in files:
-                f.committed = False
+                f.committed = tx.committed and f.status not in ("skipped", "failed")
             raise
         for f in files:
             f.committed = f.status not in ("skipped", "failed")

@@ -110,6 +110,7 @@ class Transaction:
         # called from the thread that wrote the part, several at once at commit (_flush_all)
         self.on_write: Callable[[str, str, pl.DataFrame], None] | None = None
         self._sync = Syncer()  # each part fsynced as it is written (forensics/store/durable.py)
+        self.committed = False  # its manifest replaced the store's (an interrupt after: kept)
 
     # -- adding rows ---------------------------------------------------------------------
     def append(self, table: str, df: pl.DataFrame, *, source_id: str = "") -> None:
@@ -460,6 +461,7 @@ class Transaction:
             self.man.generation += 1
             _write_durably(tmp_man, self.man.to_json().encode())
             os.replace(tmp_man, root / MANIFEST)
+            self.committed = True
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp_man.unlink()
