@@ -233,15 +233,19 @@ def where(request):
 
 
 def test_what_a_server_prints_after_the_launch_concluded_is_masked(tmp_path, capsys, where):
-    """The launch ends (its health deadline passes) while the server runs on; 3 s later the
+    """The launch ends (its health deadline passes) while the server runs on; then the
     server prints a token into the log the user named: the follower the launch left on the
-    host masks it, and ends once the server's group is gone. Locally and over SSH."""
+    host masks it, and ends once the server's group is gone. Locally and over SSH (the
+    loopback host shares this file system). The server prints when the test says so (a file
+    it waits for), not after a fixed sleep: a launch slower than the sleep under load saw
+    the token printed before it concluded."""
     log = tmp_path / "late" / "late.log"
     log.parent.mkdir()
+    go = tmp_path / "late" / "go"
     late = V["hf_env"] + "late"
     chain = (
-        f"nohup sh -c 'echo start; sleep 3; echo HF_TOKEN={late}; echo api_key={late}x; "
-        f"sleep 60' > {log} 2>&1 &"
+        f"nohup sh -c 'echo start; for i in $(seq 600); do [ -e {go} ] && break; sleep 0.1; "
+        f"done; echo HF_TOKEN={late}; echo api_key={late}x; sleep 60' > {log} 2>&1 &"
     )
     args = ["launch", "--shell", chain, "--replay", "--name", "late6", "--deadline", "1",
             "--json", *(["--host", where] if where else [])]  # fmt: skip
@@ -249,6 +253,7 @@ def test_what_a_server_prints_after_the_launch_concluded_is_masked(tmp_path, cap
     try:
         assert json.loads(out)["status"] == "timeout", out
         assert late.encode() not in log.read_bytes()  # not printed yet
+        go.touch()  # the server prints the token now, after the launch concluded
         assert _wait_for(lambda: b"HF_TOKEN=****" in log.read_bytes()), log.read_bytes()
         assert _wait_for(lambda: late.encode() not in log.read_bytes())
         followers = _followers(log)
