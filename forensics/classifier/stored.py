@@ -114,11 +114,11 @@ class Written:
         if self.size >= WRITTEN_MAX_BYTES or table not in _READS:
             return
         reduce = _READS[table]
-        self.keep(table, name, df if reduce is None else reduce(df.lazy()).collect())
+        self.keep(table, name, _owned(df if reduce is None else reduce(df.lazy()).collect()))
 
     def keep(self, table: str, name: str, kept: pl.DataFrame) -> None:
-        """Part ``name``'s reduce ``kept``, computed here or by the worker that wrote it."""
-        kept = _owned(kept)
+        """Part ``name``'s reduce ``kept``, in buffers of its own: computed here (``_owned``)
+        or by the worker that wrote it (unpickled here: a copy already, not copied again)."""
         size = kept.estimated_size()
         with self._lock:
             if self.size + size > WRITTEN_MAX_BYTES:
