@@ -299,6 +299,7 @@ def test_an_ingest_imports_the_parser_while_its_remote_host_connects(
     import time
 
     from forensics import hosts
+    from forensics.hosts import ssh
     from forensics.ingest import batch
 
     events: list[tuple[str, str]] = []
@@ -313,9 +314,19 @@ def test_an_ingest_imports_the_parser_while_its_remote_host_connects(
         real_connect(self)
         events.append(("connected", threading.current_thread().name))
 
+    def paramiko_first():
+        events.append(("paramiko", threading.current_thread().name))
+        return real_paramiko()
+
     monkeypatch.setattr(batch, "_import_parser", importing)
     monkeypatch.setattr(hosts.SSHHost, "connect", connect)
+    # paramiko first, alone, then the parser beside the handshake (by turns with the GIL,
+    # the two imports delayed the connection)
+    real_paramiko = ssh.import_paramiko
+    monkeypatch.setattr(ssh, "import_paramiko", paramiko_first)
     remote = _ingest([f"sshtest:{big_log}"])
+    assert events[0] == ("paramiko", "MainThread")
+    events = [e for e in events if e[0] != "paramiko"]
     assert events[0] == ("import", "forensics-parser-import")
     assert events[1][0] == "connected"
     assert not any(t.name == "forensics-parser-import" for t in threading.enumerate())
@@ -381,7 +392,7 @@ def test_connections_ask_for_aes_gcm_and_paramiko_loads_without_invoke(ssh_host)
     t = ssh_host._client.get_transport()
     assert (t.local_cipher, t.remote_cipher) == (CIPHERS_FIRST[0], CIPHERS_FIRST[0])
     code = (
-        "import sys; from forensics.hosts.ssh import _import_paramiko; _import_paramiko(); "
+        "import sys; from forensics.hosts.ssh import import_paramiko; import_paramiko(); "
         "assert 'paramiko' in sys.modules and 'invoke' not in sys.modules; "
         "import importlib.util; assert importlib.util.find_spec('invoke') is None or "
         "__import__('invoke')"

@@ -50,7 +50,7 @@ def _quiet_paramiko() -> None:
         log.setLevel(logging.CRITICAL)
 
 
-def _import_paramiko() -> Any:
+def import_paramiko() -> Any:
     """paramiko, imported without ``invoke``: paramiko.config imports it (when installed) only
     for ``Match exec`` in an OpenSSH config file, which forensics never reads through
     paramiko, and it pulls in asyncio and unittest.mock: 0.05 s of CPU, ~0.1-0.3 s of wall
@@ -235,7 +235,7 @@ class SSHHost(SFTPFiles, Streams, Host):
     # -- connection -----------------------------------------------------------------------
 
     def connect(self) -> None:
-        paramiko = _import_paramiko()
+        paramiko = import_paramiko()
         cfg = self.cfg
         _quiet_paramiko()
         client = paramiko.SSHClient()

@@ -3,6 +3,7 @@ benchmark results files beside the logs."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -134,11 +135,19 @@ def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
     a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
     waits for the host, and the parse needed the import after it (issue 15, remote). None
     otherwise (a thread started and joined for nothing: its start waits for it to run,
-    milliseconds on a busy machine, an unchanged re-ingest's)."""
+    milliseconds on a busy machine, an unchanged re-ingest's).
+
+    paramiko is imported first, here, alone: imported beside the parser, both held the GIL
+    by turns and the connection (then the remote shell it starts, the first bytes) came
+    ~0.1-0.2 s later, the import done no sooner (issue 15, remote, tenth stop)."""
     from forensics.hosts import is_remote
 
     if not any(is_remote(text) for text in inputs):
         return _NoThread()
+    from forensics.hosts.ssh import import_paramiko
+
+    with contextlib.suppress(Exception):  # the connection reports what fails
+        import_paramiko()
     thread = threading.Thread(target=_import_parser, name="forensics-parser-import")
     thread.start()
     return thread
