@@ -7,6 +7,7 @@ the bytes through the first of ``WIRE`` the host has; read ahead while the calle
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import shlex
@@ -19,6 +20,11 @@ from typing import Any
 # this much at a time, after waiting this long for the stream itself
 LEAD_CHUNK = 1 << 20
 LEAD_WAIT = 0.05
+# chunks (READ_CHUNK each) decompressed ahead of the caller (``_decoded_ahead``), and the
+# seconds a wait for one may take past the host's op timeout (the stream's own wait for a
+# piece is that timeout plus 5 s, so its error comes first)
+DECODE_AHEAD = 1
+AHEAD_GRACE = 10.0
 
 
 def _zstd() -> Any:
@@ -145,6 +151,7 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
     want = end - start
     got = 0
     stream: Any = None
+    ahead: _DecodeAhead | None = None
     path = src.path[2:] if src.path.startswith("~/") else src.path  # from $HOME
     damage = tuple(e for w in wires for e in w.errors())
     try:
@@ -155,20 +162,100 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
         wire, rest = _open_wire(src, stream, wires)
         raw = _RawStream(itertools.chain((rest,), stream))
         log = wire.reader(raw) if wire.reader is not None else io.BufferedReader(raw)
-        if _skip(log, got, READ_CHUNK):  # the stream's copy of what came over SFTP
-            while got < want:
-                data = log.read(min(READ_CHUNK, want - got))
-                if not data:
-                    break
-                got += len(data)
-                yield data
+        wait = getattr(src.host, "op_timeout", 30.0) + AHEAD_GRACE
+        ahead = _DecodeAhead(src.where, log, got, want - got, wait)
+        for data in ahead:
+            got += len(data)
+            yield data
     except (RemoteError, *damage):
         pass  # the rest comes over SFTP, below
     finally:
+        if ahead is not None:
+            ahead.stop()
         if stream is not None:
-            stream.close()
+            stream.close()  # ends a read the decode thread waits in
+        if ahead is not None:
+            ahead.join()
     if got < want:
         yield from src.host.iter_chunks(src.path, start + got, READ_CHUNK, limit=want - got)
+
+
+class _DecodeAhead:
+    """The next ``n`` bytes of ``log`` after ``skip`` dropped (the stream's copy of the lead),
+    READ_CHUNK at a time (iterate it), read and decompressed in a thread of its own
+    (forensics-decode) while the caller splits the chunk before: the decompression (zstd's C,
+    off the GIL) was the largest cost of ingest's reading thread, one stage of its pipeline
+    (issue 15, remote). At most DECODE_AHEAD chunks wait; an error of ``log`` (damage, the
+    link) comes out of the iteration after the chunks before it; every wait of the caller is
+    bounded by ``wait`` seconds. ``stop``, then end what the thread reads (the stream), then
+    ``join``."""
+
+    def __init__(self, where: str, log: Any, skip: int, n: int, wait: float):
+        import queue
+        import threading
+
+        self._where, self._log, self._wait = where, log, wait
+        self._ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(DECODE_AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._pull, args=(skip, n), name="forensics-decode", daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._ahead.put(item, timeout=0.1)
+                return
+
+    def _pull(self, skip: int, left: int) -> None:
+        """(thread) The chunks into the queue, then None (or the error)."""
+        from forensics.logsource import READ_CHUNK
+
+        try:
+            if _skip(self._log, skip, READ_CHUNK):
+                while left and not self._stop.is_set():
+                    data = self._log.read(min(READ_CHUNK, left))
+                    if not data:
+                        break
+                    left -= len(data)
+                    self._put(data)
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self._put(exc)
+
+    def __iter__(self) -> Iterator[bytes]:
+        import queue
+
+        from forensics.errors import RemoteError
+
+        while True:
+            try:
+                item = self._ahead.get(timeout=self._wait)
+            except queue.Empty:
+                raise RemoteError(
+                    f"{self._where}: no data for {self._wait:g} s",
+                    hint="the connection may have dropped; re-run",
+                ) from None
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def stop(self) -> None:
+        """No more chunks wanted: the thread ends at its next chunk (or as its read ends)."""
+        import queue
+
+        self._stop.set()
+        with contextlib.suppress(queue.Empty):  # unblock a put waiting for room
+            while True:
+                self._ahead.get_nowait()
+
+    def join(self) -> None:
+        self._thread.join(timeout=self._wait)
 
 
 def _skip(log: Any, n: int, most: int) -> bool:

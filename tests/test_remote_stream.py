@@ -71,6 +71,34 @@ def test_a_log_that_grows_while_streamed_gives_the_bytes_it_had_when_opened(
     assert b"".join(src.chunks(READ_CHUNK + 7)) == data[READ_CHUNK + 7 :]
 
 
+@pytest.mark.parametrize("wire", _wires())
+def test_the_wire_is_decompressed_in_a_thread_of_its_own_that_ends_with_the_stream(
+    ssh_host, big_log, monkeypatch, wire
+):
+    # the reading thread (ingest's split stage) gets decompressed chunks: the wire's reader
+    # is read in forensics-decode, ahead of it; a stream closed half-read ends that thread
+    import threading
+
+    monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
+    _no_lead(monkeypatch)
+    readers: set[str] = set()
+    real = logstream._skip
+
+    def skip(log, n, most):
+        readers.add(threading.current_thread().name)
+        return real(log, n, most)
+
+    monkeypatch.setattr(logstream, "_skip", skip)
+    src = open_log(ssh_host, str(big_log))
+    assert b"".join(src.chunks()) == big_log.read_bytes()
+    assert readers == {"forensics-decode"}
+    it = src.chunks()
+    next(it)
+    it.close()
+    assert not any(t.name == "forensics-decode" for t in threading.enumerate())
+    assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
+
+
 def test_what_the_stream_misses_is_read_over_sftp(ssh_host, big_log, monkeypatch):
     # a "wire" that stops after 100 kB, as a dropped stream would
     monkeypatch.setattr(logsource, "WIRE", (Wire("cat", "head -c 100000", None),))

@@ -270,8 +270,9 @@ class RemoteStream:
             self._end()
 
     def close(self) -> None:
-        self._pieces.close()
-        self._end()  # a stream never iterated: its generator's finally never ran
+        self._end()  # first: a read waiting in another thread (logstream's decode) ends
+        with contextlib.suppress(ValueError):  # being iterated there: it ends on the close
+            self._pieces.close()
 
     def _end(self) -> None:
         if self._ended:
