@@ -16,7 +16,7 @@ show a run's explanation and evidence without loading the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ def refresh(
     unplaced: set[str] | None = None,
     done_meta: str | None = None,
     written: Written | None = None,
+    ready: dict[str, dict[str, Any]] | None = None,
 ) -> int:
     """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
     (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
@@ -51,8 +52,10 @@ def refresh(
     at all (a verdict with no phase: ingest warns about them). ``done_meta``: a manifest meta
     key cleared in the same commit as the verdicts (ingest's pending-verdicts marker).
     ``written``: what the ingest kept of the parts it wrote (classifier.stored.Written): the
-    runs of the sources it covers are read from there, not from the store."""
-    from forensics.classifier import VERDICT_SCHEMA, classify_stored, load_model
+    runs of the sources it covers are read from there, not from the store. ``ready``: per
+    source id, the verdicts an ingest worker computed (``computed``): stored as they are
+    where they are the ones computed here would be (``_accepted``), else computed here."""
+    from forensics.classifier import VERDICT_SCHEMA, load_model
     from forensics.classifier.labels import _labels_for
     from forensics.runs import run_keys
 
@@ -64,31 +67,55 @@ def refresh(
     model = load_model(store)
     # read once: inside the transaction each read of them parses the manifest again
     sources, labels = store.sources(), _labels_for(store)
-    held = written.covers(store, runs["source_id"].unique()) if written is not None else set()
+    done = _accepted(ready, runs, model, sources, labels) if ready else {}
+    rest = runs.filter(~pl.col("source_id").is_in(list(done))) if done else runs
+    held = written.covers(store, rest["source_id"].unique()) if written is not None else set()
     with store.transaction() as tx:
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
-        # a batch of runs at a time: their rows read (by run range), their verdicts written
-        # as a part; memory is one batch's, whatever the number of runs (a log of 100,000
-        # launches) or their lines (_next_batch), and each run's rows are read once, not once
-        # per run of its log
-        at, n = 0, min(VERDICT_FIRST, VERDICT_BATCH)
-        while at < len(runs):
-            batch, rows = runs.slice(at, n), []
-            at += len(batch)
-            read = _batch_rows(store, batch, written, held)  # one read per batch
-            n = _next_batch(n, read)
-            for (sid,), one in batch.group_by("source_id", maintain_order=True):
-                tables = _per_run(read.get(str(sid)))
-                known = (sources.get(sid, {}), labels.get(sid, {}))
-                for rid, ri in one.select("run_id", "run_index").iter_rows():
-                    v = classify_stored(store, sid, int(ri), model, tables.get(ri), known)
-                    if v.phase is None and unplaced is not None:
-                        unplaced.add(sid)
-                    rows.append(_row(rid, v))
+        if done:  # in the order of the runs (source id, run index), as computed here
+            rows = [row for sid in sorted(done) for row in done[sid]]
+            if unplaced is not None:
+                unplaced |= {sid for sid, rs in done.items() if any(r["phase"] is None for r in rs)}
+            tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
+        for rows in _classified(store, rest, written, held, model, (sources, labels), unplaced):
             tx.append(TABLE, pl.DataFrame(rows, schema=VERDICT_SCHEMA))
         if done_meta is not None:
             tx.set_meta(done_meta, None)
     return len(runs)
+
+
+def _classified(
+    store: Any,
+    runs: pl.DataFrame,
+    written: Written | None,
+    held: set[str],
+    model: Any,
+    known: tuple[dict[str, dict], dict[str, dict]],
+    unplaced: set[str] | None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The verdict rows of ``runs`` (run_id, source_id, run_index, sorted), a batch at a
+    time: their rows read (by run range; ``held``: the sources read from ``written``), then
+    classified. Memory is one batch's, whatever the number of runs (a log of 100,000
+    launches) or their lines (_next_batch), and each run's rows are read once, not once per
+    run of its log. ``known``: the sources' manifest entries and labels."""
+    from forensics.classifier import classify_stored
+
+    sources, labels = known
+    at, n = 0, min(VERDICT_FIRST, VERDICT_BATCH)
+    while at < len(runs):
+        batch, rows = runs.slice(at, n), []
+        at += len(batch)
+        read = _batch_rows(store, batch, written, held)  # one read per batch
+        n = _next_batch(n, read)
+        for (sid,), one in batch.group_by("source_id", maintain_order=True):
+            tables = _per_run(read.get(str(sid)))
+            src = (sources.get(sid, {}), labels.get(sid, {}))
+            for rid, ri in one.select("run_id", "run_index").iter_rows():
+                v = classify_stored(store, sid, int(ri), model, tables.get(ri), src)
+                if v.phase is None and unplaced is not None:
+                    unplaced.add(sid)
+                rows.append(_row(rid, v))
+        yield rows
 
 
 VERDICT_BATCH = 2_000  # runs classified, and their verdicts written, at most at a time (refresh)
@@ -123,17 +150,127 @@ def _batch_rows(
     return out
 
 
-def warm() -> None:
+# -- verdicts computed by an ingest worker (forensics/ingest/pool.py) ---------------------------
+OPEN_RUNS = "open-runs"  # the name a worker gives the runs rows the main process stages
+
+
+class _Kept:
+    """A worker's parts of the one log it parsed, as ``refresh`` reads a store: what its
+    ``Written`` kept of them, listed in the order the main process adopts them (a run's head
+    and tail of lines depend on it)."""
+
+    def __init__(self, written: Written, man: Any):
+        self.written, self.man = written, man
+
+    def manifest(self) -> Any:
+        return self.man
+
+    def reduced(self, name: str, reduce: Any, where: pl.Expr | None = None) -> pl.DataFrame:
+        return self.written.reduced(self, name, reduce, pl.lit(True) if where is None else where)
+
+
+def computed(
+    written: Written, parts: list[tuple[str, str, list[str]]], open_runs: Any, source: dict
+) -> dict[str, Any] | None:
+    """In an ingest worker, after it wrote the parts of a log it parsed from byte 0: the
+    verdict rows of the log's runs, computed as ``refresh`` computes them in the main
+    process, over the same rows: ``written``, what it kept of its ``parts`` ((table, name,
+    source keys), in their order), and ``open_runs``, the runs rows the main process stages
+    with the log's source record (forensics/ingest/file.py ``_record``). ``source``: the
+    source id (``id``), the store's folder (``store``) and what the verdict reads of the
+    source record (``path``, ``mtime``). None where they cannot be: a part not kept (past
+    WRITTEN_MAX_BYTES), no model but one trained now. The main process stores them only
+    where they are the ones it would compute (``_accepted``)."""
+    from forensics.runs import run_keys
+    from forensics.store.manifest import Manifest
+
+    model = _untrained(source["store"])
+    if model is None:
+        return None
+    sid, man = source["id"], Manifest()
+    for table, name, keys in parts:
+        man.tables.setdefault(table, []).append(name)
+        man.shared[name] = keys
+    if open_runs is not None and not open_runs.is_empty():
+        from forensics.tables import conform
+
+        written.keep("runs", OPEN_RUNS, conform("runs", open_runs))  # as the main writes it
+        man.tables.setdefault("runs", []).append(OPEN_RUNS)
+        man.shared[OPEN_RUNS] = [sid + "~runs"]
+    kept = _Kept(written, man)
+    if written.covers(kept, [sid]) != {sid}:
+        return None
+    src = {"path": source["path"], "mtime": source["mtime"]}
+    batches = _classified(kept, run_keys(kept), written, {sid}, model, ({sid: src}, {}), None)
+    rows = [row for batch in batches for row in batch]
+    return {"model": _fingerprint(model), "source": src, "rows": rows}
+
+
+def _accepted(
+    ready: dict[str, dict[str, Any]],
+    runs: pl.DataFrame,
+    model: Any,
+    sources: dict[str, dict],
+    labels: dict[str, dict],
+) -> dict[str, list[dict[str, Any]]]:
+    """Per source id of ``ready`` (``computed`` by the worker that parsed the log), its
+    verdict rows where they are the ones ``refresh`` would compute here: the same model, no
+    label of the log (a worker reads no label), the source record's path and mtime it saw,
+    and the same runs (the store holds no run of the log that the worker did not parse)."""
+    fp = _fingerprint(model)
+    per_source = dict(runs.group_by("source_id").agg("run_id").iter_rows())
+    out = {}
+    for sid, r in ready.items():
+        src = sources.get(sid, {})
+        if r["model"] != fp or labels.get(sid) or sid not in per_source:
+            continue
+        if r["source"] != {"path": src.get("path"), "mtime": src.get("mtime")}:
+            continue
+        if [row["run_id"] for row in r["rows"]] == list(per_source[sid]):
+            out[sid] = r["rows"]
+    return out
+
+
+_UNTRAINED: dict[str, Any] = {}  # store folder -> model (a worker's process: one ingest's)
+
+
+def _untrained(root: str) -> Any:
+    """The model a worker classifies with (modelstore.model_untrained), loaded once."""
+    from types import SimpleNamespace
+
+    from forensics.classifier.modelstore import model_untrained
+
+    if root not in _UNTRAINED:
+        _UNTRAINED[root] = model_untrained(SimpleNamespace(root=root))
+    return _UNTRAINED[root]
+
+
+def _fingerprint(model: Any) -> str:
+    """Which model: the packaged one (the same file in the worker: the same package), else
+    its data's digest (a model saved in the store, or trained now)."""
+    import hashlib
+
+    if model.packaged:
+        return "packaged:" + str(model.data.get("digest"))
+    data = json.dumps(model.data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(data.encode()).hexdigest()
+
+
+def warm(store_root: str | None = None) -> None:
     """What ``refresh`` needs before it reads a row, ahead: the classifier's imports and the
     packaged model (cached in the process). Ingest runs it in a thread beside a parse (the
     line reader and polars leave the GIL free most of the time; ~0.1 s of an ingest). It
-    reads nothing of the store, whose caches are the main thread's."""
+    reads nothing of the store, whose caches are the main thread's. ``store_root``: in an
+    ingest worker, the model ``computed`` uses (``_untrained``)."""
     try:
         from forensics.classifier import load_model
         from forensics.classifier.labels import _labels_for  # noqa: F401 - imported ahead
         from forensics.classifier.stored import classify_stored  # noqa: F401 - imported ahead
 
-        load_model(None)  # modelstore._MODEL_CACHE: refresh's load_model starts from it
+        if store_root is None:
+            load_model(None)  # modelstore._MODEL_CACHE: refresh's load_model starts from it
+        else:
+            _untrained(store_root)
     except Exception:  # noqa: BLE001 - refresh does it again and reports what fails
         pass
 

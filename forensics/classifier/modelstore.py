@@ -47,6 +47,33 @@ def packaged_model(digest: str | None) -> Model | None:
     return Model(data, packaged=True)
 
 
+def saved_model(store, digest: str) -> Model | None:
+    """The model saved in the store (``classify train``, or trained for its labels) when it
+    is current: this code's model version, trained on the corpus of ``digest``."""
+    p = _model_path(store)
+    if not p.exists():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("version") == MODEL_VERSION and data.get("digest") == digest:
+        return Model(data)
+    return None
+
+
+def model_untrained(store) -> Model | None:
+    """The model ``load_model(store)`` returns when it trains none, without reading the
+    store's tables (only its folder: ``store`` needs a ``root``): the store's saved one when
+    current, else the packaged one when current; None: neither. It does not look at the
+    store's labels (with labels and no saved model, ``load_model`` trains one): a caller
+    compares it with ``load_model``'s (an ingest worker's verdicts, forensics/verdicts.py)."""
+    if not (CORPUS / "labels.csv").exists():
+        return packaged_model(None)
+    digest = corpus_digest(CORPUS)
+    return saved_model(store, digest) or packaged_model(digest)
+
+
 def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
     """The store's model when it is current, else the packaged one, else one trained now."""
     from forensics.classifier.labels import _has_labels
@@ -65,17 +92,10 @@ def load_model(store=None, *, corpus: Path = CORPUS) -> Model:
     m = _MODEL_CACHE.get(key)
     if m is not None and m.data.get("digest") == digest:
         return m
-    if store is not None:
-        p = _model_path(store)
-        if p.exists():
-            try:
-                data = json.loads(p.read_text())
-            except (OSError, ValueError):
-                data = {}
-            if data.get("version") == MODEL_VERSION and data.get("digest") == digest:
-                m = Model(data)
-                _MODEL_CACHE[key] = m
-                return m
+    m = saved_model(store, digest) if store is not None else None
+    if m is not None:
+        _MODEL_CACHE[key] = m
+        return m
     # a fresh model from the shipped corpus (shared in-process by stores without labels)
     base = _MODEL_CACHE.get("")
     if base is None or base.data.get("digest") != digest:

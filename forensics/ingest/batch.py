@@ -116,15 +116,23 @@ def ingest(
 
 def _verdicts(store: Store, summary: IngestSummary, batch: _Batch, left_unverdicted: bool) -> None:
     """The verdicts of the runs whose logs changed (and of those an interrupted ingest left
-    without one): the runs this ingest parsed are read from what it kept of the parts it
-    wrote (``batch.written``), the others from the store."""
+    without one): those a worker computed (``batch.verdicts``) are stored as they are; the
+    runs this ingest parsed are read from what it kept of the parts it wrote
+    (``batch.written``), the others from the store."""
     from forensics.verdicts import refresh, unverdicted
 
     changed = {f.source_id for f in summary.files if f.status in CHANGED}
     if left_unverdicted:  # scan the store only then, not at every ingest
         changed |= unverdicted(store)
     unplaced: set[str] = set()
-    refresh(store, changed, unplaced=unplaced, done_meta=VERDICTS_PENDING, written=batch.written)
+    refresh(
+        store,
+        changed,
+        unplaced=unplaced,
+        done_meta=VERDICTS_PENDING,
+        written=batch.written,
+        ready=batch.verdicts,
+    )
     summary.warnings += [
         f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
     ]
@@ -309,6 +317,8 @@ class _Batch:
         # what the verdict step reads of the parts written, kept as they are written (set
         # with the first parse: the classifier imports beside it)
         self.written: Any = None
+        # source id -> the verdicts its worker computed (refresh's ``ready``)
+        self.verdicts: dict[str, Any] = {}
         self._written_lock = threading.Lock()
         # the savepoint of the file being added (run, _adopt), until it is in whole: a commit
         # rolls it back first (``_roll_back_cut``)
@@ -416,7 +426,9 @@ class _Batch:
             from forensics.store.staging import new_staging
 
             threads = max(1, default_jobs() // self.jobs)
-            self.pool = Pool(self.jobs - 1, new_staging(self.store.root), threads)
+            self.pool = Pool(
+                self.jobs - 1, new_staging(self.store.root), threads, store=self.store.root
+            )
         if not big or not self.pool.room():  # small, or every worker busy: parsed here
             for key in defer.drops:
                 self.tx.drop_source(key)
@@ -466,6 +478,8 @@ class _Batch:
             self._roll_back_cut()
             raise
         self._cut = None
+        if r.get("verdicts") is not None:  # computed by the worker (forensics.verdicts.computed)
+            self.verdicts[out.source_id] = r["verdicts"]
         out.lines, out.decode_lines = out.lines + r["lines"], out.decode_lines + r["decode_lines"]
         out.reason = out.reason or r["reason"]
         for mine, theirs in ((summary.counts, r["counts"]), (summary.stats, r["stats"])):

@@ -73,8 +73,8 @@ class _Opened:
     dev: int | None
     head_hash: str
     resume: tuple[int, dict[str, Any] | None] = (0, None)  # (offset, parser state) to parse from
-    # called as the parse begins (the batch of the main process: the verdict step's imports
-    # beside the parse, _Batch.warm_verdicts); None in a pool worker
+    # called as the parse begins: the verdict step's imports beside the parse (the batch of
+    # the main process: _Batch.warm_verdicts; a pool worker's: pool._warm_verdicts)
     on_parse: Callable[[], None] | None = None
 
     @property

@@ -29,6 +29,7 @@ the end of its pipe and exits.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -137,6 +138,11 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     out = FileOutcome(path=spec["path"], host=spec["host"], status="new", source_id=spec["sid"])
     src = _PipedSource(conn, spec["stat"], spec["transformed"], spec["path"])
     opened = _Opened(out, src, None, None, "", resume=spec["resume"])
+    # parsed from byte 0, the log's rows are all here: its verdicts are computed here too
+    # (a grown log's earlier rows are in the store: the main process classifies it)
+    whole = spec["resume"][0] == 0 and spec.get("store") is not None
+    if whole:  # the classifier's imports and model beside the parse (once per worker)
+        opened.on_parse = functools.partial(_warm_verdicts, spec["store"])
     tx = Transaction(SimpleNamespace(root=Path(spec["staging"])), Manifest())
     # what the verdict step reads of each part, kept here where the rows are: the main
     # process reading 8 x 100 MB of parts back was ~1.6 s of CPU on its one core (issue 15)
@@ -148,10 +154,12 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         tx.abort()
         raise
+    kept = {name: written.get(table, name) for table, _, _, name in parts}
     return {
         "parsed": parsed,
         "parts": parts,
-        "kept": {name: written.get(table, name) for table, _, _, name in parts},
+        "kept": kept,
+        "verdicts": _verdicts(spec, parts, written, parsed, out) if whole else None,
         "lines": out.lines,
         "decode_lines": out.decode_lines,
         "reason": out.reason,
@@ -159,6 +167,38 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "stats": summary.stats,
         "warnings": summary.warnings,
     }
+
+
+_warming: list[threading.Thread] = []  # a worker's forensics.verdicts.warm, once
+
+
+def _warm_verdicts(store: str) -> None:
+    """A parse begins: the verdict step's imports and model load beside it, in a thread."""
+    if not _warming:
+        from forensics.verdicts import warm
+
+        thread = threading.Thread(target=warm, args=(store,), name="forensics-verdicts-warm")
+        thread.start()
+        _warming.append(thread)
+
+
+def _verdicts(spec: dict[str, Any], parts: list, written: Any, parsed: Any, out: Any) -> Any:
+    """The verdict rows of the log this worker parsed whole (forensics.verdicts.computed),
+    sent with its parts: the main process stores them (it classified every run of the 8
+    logs of a parallel ingest after their commit, ~1 s of its one core, issue 15). None
+    where they cannot be computed here: the main process computes them, as for any log."""
+    from forensics.ingest.file import _run_rows
+    from forensics.verdicts import computed
+
+    for thread in _warming:
+        thread.join()
+    source = {"id": spec["sid"], "store": spec["store"], "path": spec["path"]}
+    source["mtime"] = spec["stat"].mtime
+    open_runs = _run_rows(parsed.runs, out) if parsed.runs is not None else None
+    try:
+        return computed(written, [(t, n, keys) for t, _, keys, n in parts], open_runs, source)
+    except Exception:  # noqa: BLE001 - the main process computes them, as for any log
+        return None
 
 
 # -- the main process's side -------------------------------------------------------------------
@@ -227,9 +267,10 @@ class Pool:
     """Up to ``jobs`` worker processes, started when a file needs one (``threads``: polars'
     threads in each)."""
 
-    def __init__(self, jobs: int, staging: Path, threads: int = 1):
+    def __init__(self, jobs: int, staging: Path, threads: int = 1, store: Path | None = None):
         self.jobs = jobs
         self.staging = staging
+        self.store = store  # the store's folder: a worker's verdicts use its model
         self._threads = threads
         self.workers: list[_Worker] = []
 
@@ -253,6 +294,7 @@ class Pool:
             "resume": o.resume,
             "name_pattern": name_pattern,
             "staging": str(self.staging),
+            "store": str(self.store) if self.store is not None else None,
         }
         w.job, job.worker = job, w
         try:
