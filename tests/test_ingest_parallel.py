@@ -126,15 +126,22 @@ def test_parallel_store_equals_serial_on_fixtures_real_logs_and_a_grown_log(tmp_
     saved parser state in a worker): every table, sorted, and every source record are those
     of the serial ingest."""
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
-    # a log that stops mid-stage is 'hung' once untouched for STALE_S: a copy of the real logs
-    # made minutes before (CI's shared/) could cross that line between the two ingests
-    monkeypatch.setattr("forensics.classifier.decide.STALE_S", float("inf"))
-    real = SHARED / "real-logs-dev"
+    # a log that stops mid-stage is 'hung' once untouched for STALE_S: a checkout or a copy of
+    # the real logs made minutes before (CI's shared/) could cross that line between the two
+    # ingests. So every log is a copy untouched for a year (the workers classify their logs
+    # too, in processes that a monkeypatch of STALE_S here does not reach)
+    old = time.time() - 365 * 86400
+    logs = {"fixtures": FIXTURES, "real": SHARED / "real-logs-dev"}
+    for name, src in logs.items():
+        (tmp_path / name).mkdir()
+        for f in sorted(p for p in src.iterdir() if p.is_file()):
+            os.utime(shutil.copy2(f, tmp_path / name / f.name), (old, old))
     grown = tmp_path / "grown.log"
     body = (FIXTURES / "sglang_two_launches.log").read_bytes()
     cut = body.index(b"\n", len(body) // 2) + 1
     grown.write_bytes(body[:cut] + b"[2026-05-01 10:00:00 TP0] Decode batch, #running-re")
-    inputs = [str(FIXTURES), str(real), str(grown)]
+    os.utime(grown, (old, old))
+    inputs = [str(tmp_path / "fixtures"), str(tmp_path / "real"), str(grown)]
     stores = {1: tmp_path / "serial", 2: tmp_path / "parallel"}
     for jobs, root in stores.items():
         s = ingest(Store.open(root), inputs, jobs=jobs)
@@ -143,6 +150,7 @@ def test_parallel_store_equals_serial_on_fixtures_real_logs_and_a_grown_log(tmp_
     assert not list((stores[2] / "staging").glob("*")), "the staging folder is removed"
     with grown.open("ab") as f:
         f.write(body[cut:])
+    os.utime(grown, (old + 60, old + 60))
     for jobs, root in stores.items():
         s = ingest(Store.open(root), inputs, jobs=jobs)
         assert {f.path: f.status for f in s.files}[str(grown)] == "grown"
