@@ -14,7 +14,9 @@ The parse holds the GIL, so N files parse at once only in N processes. The divis
 * **A worker** (a fresh interpreter, never a fork: polars' threads make that unsafe) parses the
   chunks with the same code as the serial path (``_parse_file``) into a transaction over the
   ingest's staging folder (forensics/store/staging.py), writes its parts there and sends back
-  what the source record needs (``_Parsed``), its counts and warnings.
+  what the source record needs (``_Parsed``), its counts and warnings; for a log it parsed
+  from byte 0, the verdicts of its runs too (forensics.verdicts.computed: the main process
+  stores them where they are the ones it would compute).
 * **Adoption** is in input order: the file's deferred drops (a rewritten file's old rows), its
   parts and its source record enter the open batch together, under one savepoint. So a
   ``kill -9`` loses at most the open batch, and the store ends with the rows, run ids and
@@ -154,11 +156,10 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     except BaseException:
         tx.abort()
         raise
-    kept = {name: written.get(table, name) for table, _, _, name in parts}
     return {
         "parsed": parsed,
         "parts": parts,
-        "kept": kept,
+        "kept": {name: written.get(table, name) for table, _, _, name in parts},
         "verdicts": _verdicts(spec, parts, written, parsed, out) if whole else None,
         "lines": out.lines,
         "decode_lines": out.decode_lines,
@@ -194,8 +195,8 @@ def _verdicts(spec: dict[str, Any], parts: list, written: Any, parsed: Any, out:
         thread.join()
     source = {"id": spec["sid"], "store": spec["store"], "path": spec["path"]}
     source["mtime"] = spec["stat"].mtime
-    open_runs = _run_rows(parsed.runs, out) if parsed.runs is not None else None
     try:
+        open_runs = _run_rows(parsed.runs, out) if parsed.runs is not None else None
         return computed(written, [(t, n, keys) for t, _, keys, n in parts], open_runs, source)
     except Exception:  # noqa: BLE001 - the main process computes them, as for any log
         return None
