@@ -357,3 +357,69 @@ def test_a_ctrl_c_just_after_a_commit_replaced_the_manifest_lists_its_files_comm
     stored = set(Store.open(home).sources())
     assert len(stored) == 2
     assert {f.source_id for f in s.files if f.committed} == stored
+
+
+def test_an_interrupt_in_a_parse_threads_start_leaves_no_row_without_its_source(
+    tmp_path, monkeypatch
+):
+    """A Ctrl-C (or SIGTERM) in ThreadPoolExecutor.submit's ``Thread.start``, which waits for
+    the new thread to run, left that thread out of the executor's list: leaving the parse's
+    ``with`` did not wait for it, and it ran the job it was started for, staging the rows of
+    the file parsed in the main process after that file was rolled back. The interrupt's
+    commit held them without the file's source record, and the same command stored them
+    again (a flake of test_interrupted_parallel_ingest_..._completes[sigterm]: the log parsed
+    here, beside a worker's file never adopted, twice). Here the interrupt is raised as the
+    parse's staging thread starts, and the thread stages after the rollback."""
+    import threading
+
+    import forensics.ingest.batch as batch
+    import forensics.ingest.file as file
+    from forensics.store.transaction import Transaction
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)  # the first file to the worker ...
+    monkeypatch.setattr(file, "SERIAL_BYTES", 0)  # ... the next parsed here, with its threads
+    monkeypatch.setattr(batch, "BATCH_FILES", 1000)
+    monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
+    fired, rolled = threading.Event(), threading.Event()
+    started: list[threading.Thread] = []
+    start, rollback, stage = threading.Thread.start, Transaction.rollback, file._stage
+    commit = Transaction.commit
+
+    def interrupted_start(self):
+        start(self)
+        if self.name.startswith("forensics-ingest_") and not fired.is_set():
+            fired.set()  # the thread runs: the interrupt lands in start's wait for it
+            started.append(self)
+            raise KeyboardInterrupt
+
+    def rolled_back(self, point):
+        rollback(self, point)
+        rolled.set()
+
+    def late_stage(*args):
+        if fired.is_set() and threading.current_thread() in started:
+            rolled.wait(60)  # the main thread rolls the file back meanwhile
+        return stage(*args)
+
+    def commit_after_the_thread(self):
+        for thread in started:  # whatever it does, it has done it before the commit
+            thread.join(60)
+        return commit(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    monkeypatch.setattr(Transaction, "rollback", rolled_back)
+    monkeypatch.setattr(file, "_stage", late_stage)
+    monkeypatch.setattr(Transaction, "commit", commit_after_the_thread)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.2, i)) for i in range(3)]
+    home = tmp_path / "st"
+    assert ingest(Store.open(home), logs, jobs=2).interrupted
+    assert fired.is_set(), "no parse thread started in the main process"
+    st, man = Store.open(home), home / "manifest.json"
+    for t in json.loads(man.read_text())["tables"] if man.exists() else []:  # else none kept
+        ids = set(st.table(t)["source_id"]) if "source_id" in st.table(t).columns else set()
+        assert ids <= set(st.sources()), f"rows of {t} committed without their source record"
+    monkeypatch.undo()
+    ingest(Store.open(home), logs, jobs=2)
+    serial = tmp_path / "serial"
+    ingest(Store.open(serial), logs, jobs=1)
+    _same_store(serial, home, skip=("verdicts",))

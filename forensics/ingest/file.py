@@ -329,6 +329,7 @@ def _parse(
         executor("forensics-ingest") as pool,
         executor("forensics-split") as ahead,
     ):
+        _start_threads(pool, ahead)
         pending: Future | None = None
         try:
             for n, lines in _split_ahead(parser, o.src.chunks(offset), ahead):
@@ -357,6 +358,23 @@ def _parse(
 
 
 SERIAL_BYTES = 1 << 20  # bytes to parse up to which a file is parsed without threads (_parse)
+
+
+def _start_threads(*executors: Any) -> None:
+    """Each one-thread executor's thread started now, by a job that does nothing, before any
+    job that stages rows. ``submit`` starts the thread for its first job, and a Ctrl-C (or
+    SIGTERM) in ``Thread.start``, which waits for the new thread to run, left that thread out
+    of the executor's list: leaving the ``with`` did not wait for it, and it ran its job. That
+    job staged the file's rows after the file was rolled back, the interrupt's commit held
+    them without the file's source record, and the same command stored them again (a log
+    parsed here twice: docs/performance.md, "An interrupted parallel ingest, tenth stop").
+    Started so, a thread the interrupt leaves out runs nothing, and the next jobs start none."""
+    for executor in executors:
+        executor.submit(_nothing)
+
+
+def _nothing() -> None:
+    return None
 
 
 class _Inline:
