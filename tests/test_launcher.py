@@ -111,6 +111,45 @@ def test_seed_chain_replay_is_a_cleanup_self_kill_s14(store, tmp_path):
     assert store.table("journal").filter(store.table("journal")["event"] == "exit").height == 1
 
 
+# pkill [-9] -f PATTERN, its matches signalled in the order /proc lists them once the pids
+# wrapped after the launching shell's: the oldest match (that shell) last; each is waited
+# for until it is gone (a bounded wait: a hang guard)
+PKILL_AFTER_A_WRAP = r"""#!/bin/sh
+sig=TERM
+for a in "$@"; do case "$a" in -9) sig=KILL;; -[A-Z]*) sig=${a#-};; esac; pat=$a; done
+started() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }
+pids=$(for p in $(pgrep -f -- "$pat"); do echo "$(started "$p") $p"; done | sort -n | cut -d' ' -f2)
+oldest=${pids%%[!0-9]*}
+rc=1
+for p in ${pids#"$oldest"} $oldest; do
+  [ "$p" = "$$" ] && continue
+  kill -s "$sig" "$p" 2>/dev/null || continue
+  rc=0; n=0
+  while kill -0 "$p" 2>/dev/null && [ "$n" -lt 500 ]; do sleep 0.01; n=$((n + 1)); done
+done
+exit $rc
+"""
+
+
+def test_a_self_kill_is_one_whatever_order_pkill_signals_in(store, tmp_path, monkeypatch):
+    """pkill signals its matches in /proc's order, by pid, and once the pids wrap the launching
+    shell may come after the step's own processes. ``timeout``, which ran the step with its
+    text (the pattern) in its argv, was one: signalled, it relays the signal to its process
+    group, the step's pkill in it, which died before it reached the launching shell; the
+    chain went on to its server step (a CI flake of test_seed_replay_over_ssh_is_a_self_kill:
+    cause None at step 7). Here pkill signals the launching shell last."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pkill").write_text(PKILL_AFTER_A_WRAP)
+    (bin_dir / "pkill").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    res = _replay(store, _seed(tmp_path))
+    assert (res["cause"], res["step"]) == ("cleanup-self-kill", 1), res["explanation"]
+    assert res["log_exists"] is False
+
+
 def test_self_kill_by_sigkill_at_step_3_when_step_1_is_harmless(store, tmp_path):
     chain = _seed(tmp_path).replace('pkill -f "sglang.launch_server" && sleep 2 && ', "")
     res = _replay(store, chain)

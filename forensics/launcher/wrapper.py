@@ -33,7 +33,7 @@ printf '{"v":1,"launch_id":"%s","event":"end","step":%s,"pid":%s,"t":%s,"rc":%s,
 _FUNCS = r"""_j() {
   rm -f "$D/done$1" "$D/ps$1"
   printf '{"v":1,"launch_id":"%s","event":"start","step":%s,"t":%s,"shell_pid":%s,%s}\n' "$L" "$1" "$(_now)" "$$" "$4" >> "$J"
-  TIMEOUT "$2" "$SH" -c "$5" > "$D/out$1" 2>&1 < /dev/null &
+  FORENSICS_STEP=$5 TIMEOUT "$SH" -c 'eval "$FORENSICS_STEP"' > "$D/out$1" 2>&1 < /dev/null &
   _p=$!
   printf '{"v":1,"launch_id":"%s","event":"pid","step":%s,"pid":%s,"t":%s}\n' "$L" "$1" "$_p" "$(_now)" >> "$J"
   ( _i=0
@@ -103,10 +103,15 @@ def build_wrapper(
     ]
     mon = _ESC.replace("TAILB", str(TAIL_BYTES)) + _MONITOR
     head.append(f"MON={shlex.quote(mon)}")
+    # a step's text reaches its shell by the environment, not in argv: `timeout` (and the
+    # `sh -c`) carried it in theirs, so a `pkill -f` of the step matched timeout, which relays
+    # the signal to its process group, the pkill in it; where the pids had wrapped, pkill
+    # reached timeout before the launching shell, died, and the self-kill did not happen
+    # (the chain went on to its server). In the user's chain only the launching shell and
+    # its subshells carry the chain's text, as here.
     funcs = _FUNCS.replace(
-        "TIMEOUT", f"timeout -k {KILL_AFTER_S}" if has_timeout else "_nodeadline"
+        "TIMEOUT", f'timeout -k {KILL_AFTER_S} "$2"' if has_timeout else ""
     ).replace("SETSID", "setsid" if has_setsid else "")
-    head.append('_nodeadline() { shift; "$@"; }')
     head.append(funcs)
     body: list[str] = []
     for lst in run.and_or_lists():
