@@ -582,27 +582,35 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
     }
 }
 
-/* one line: a metrics line of the plain layout -> 1 and r filled; else 0 */
-static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_KEYS],
-                        DateCache *dc) {
-    if (end - p < 40 || p[0] != '[') return 0;
-    if (read_ts(p, end, &r->ts, dc)) return 0;
+/* `[YYYY-MM-DD HH:MM:SS( TAGn)*] ` at p (SGLang's plain prefix): the message's start, the
+   time in *ts and the tags (`TP3`, `DP1 TP3`) in rank / rank_len; NULL: another shape */
+static const char *read_prefix(const char *p, const char *end, int64_t *ts, const char **rank,
+                               size_t *rank_len, DateCache *dc) {
+    if (read_ts(p, end, ts, dc)) return NULL;
     const char *q = p + 20;
-    r->rank = q + 1;
+    *rank = q + 1;
     while (q < end && *q == ' ') { /* rank tags: ` TP3`, ` DP1 TP3` */
         q++;
         int t;
         for (t = 0; t < ntags; t++)
             if ((size_t)(end - q) > tag_len[t] && same(q, tags[t], tag_len[t])) break;
-        if (t == ntags) return 0;
+        if (t == ntags) return NULL;
         q += tag_len[t];
         int n = digits(q, end, 9);
-        if (n <= 0) return 0;
+        if (n <= 0) return NULL;
         q += n;
     }
-    r->rank_len = q > p + 20 ? (size_t)(q - r->rank) : 0;
-    if (end - q < 2 || q[0] != ']' || q[1] != ' ') return 0;
-    q += 2;
+    *rank_len = q > p + 20 ? (size_t)(q - *rank) : 0;
+    if (end - q < 2 || q[0] != ']' || q[1] != ' ') return NULL;
+    return q + 2;
+}
+
+/* one line: a metrics line of the plain layout -> 1 and r filled; else 0 */
+static int read_metrics(const char *p, const char *end, Row *r, int hints[][MAX_KEYS],
+                        DateCache *dc) {
+    if (end - p < 40) return 0;
+    const char *q = read_prefix(p, end, &r->ts, &r->rank, &r->rank_len, dc);
+    if (!q) return 0;
     for (r->kind = 0; r->kind < nkinds; r->kind++) {
         const Kind *k = &kinds[r->kind];
         if ((size_t)(end - q) > k->head_len && same(q, k->head, k->head_len)) break;
@@ -678,6 +686,141 @@ static int kind_table(Table *t, const Kind *k) {
     return table_init(t, k->nfields + 6, types, names);
 }
 
+/* ---- the access and warning lines (configure_bulk) ------------------------------------ */
+/* A line with SGLang's plain prefix, every byte printable ASCII, whose message has the shape
+ * of the rule `uvicorn_access` or `uvicorn_warning` (native.py pins both patterns to the
+ * readers below), becomes a row of the `bulk` table (line, kind, ts, rank, msg, flag), the
+ * row parsers/sglang/bulk.py gives such a line. Whether an earlier rule of the table, or the
+ * secrets step, would take the line is not decided here: their patterns are Python's. What is
+ * known is what text each needs (parsers/regex_literals.py reads it from their own patterns):
+ * a line holding none of an earlier rule's literals has no earlier rule (flag 0); one that
+ * does gets flag bit 1, one holding a literal of the secrets sieve bit 2, and native.py
+ * decides those lines with the patterns themselves. A line holding a literal of a metrics
+ * head (the polars path reads it as a metrics line) is left in `other`. */
+#define MAX_LITS 512
+typedef struct {
+    char *text; /* lower case when icase */
+    int len, icase, anchored;
+    int scope; /* 0: the message, 1: the whole line */
+} Lit;
+
+typedef struct {
+    int nclauses;
+    uint64_t *masks; /* nclauses * lit_words: the literals of each clause, one must occur */
+} Conj;
+
+typedef struct {
+    int nalts;
+    Conj *alts; /* one alternative: all of its clauses hold */
+} Dnf;
+
+enum { G_ACCESS = 0, G_WARNING = 1, G_SECRET = 2, G_HEAD = 3, NGROUPS = 4 };
+static Lit lits[MAX_LITS];
+static int nlits = 0, lit_words = 1;
+static int16_t head1[256], head2[65536], lnext[MAX_LITS]; /* unanchored, by their first bytes */
+static int anchored_ids[MAX_LITS], nanchored = 0;
+static Dnf groups[NGROUPS];
+static char *bulk_kind[2];
+static size_t bulk_kind_len[2];
+static Py_ssize_t bulk_max_line = 0;
+static int bulk_on = 0;
+
+static inline unsigned char low(unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+static inline int lit_at(const Lit *l, const char *p, const char *end) {
+    if (end - p < l->len) return 0;
+    if (!l->icase) return memcmp(p, l->text, (size_t)l->len) == 0;
+    for (int i = 0; i < l->len; i++)
+        if (low((unsigned char)p[i]) != (unsigned char)l->text[i]) return 0;
+    return 1;
+}
+
+/* the literals of [line, end) into found (a bit per literal; a message's from msg on) */
+static void find_lits(const char *line, const char *msg, const char *end, uint64_t *found) {
+    memset(found, 0, sizeof(uint64_t) * (size_t)lit_words);
+    for (int i = 0; i < nanchored; i++) {
+        const Lit *l = &lits[anchored_ids[i]];
+        if (lit_at(l, l->scope ? line : msg, end))
+            found[anchored_ids[i] / 64] |= 1ull << (anchored_ids[i] % 64);
+    }
+    for (const char *p = line; p < end; p++) {
+        unsigned a = low((unsigned char)*p);
+        int id = head1[a], two = p + 1 < end ? head2[a << 8 | low((unsigned char)p[1])] : -1;
+        for (int chain = 0; chain < 2; chain++, id = two) {
+            for (; id >= 0; id = lnext[id]) {
+                const Lit *l = &lits[id];
+                if ((l->scope || p >= msg) && lit_at(l, p, end))
+                    found[id / 64] |= 1ull << (id % 64);
+            }
+        }
+    }
+}
+
+static int dnf_hit(const Dnf *d, const uint64_t *found) {
+    for (int a = 0; a < d->nalts; a++) {
+        const Conj *c = &d->alts[a];
+        int ok = 1;
+        for (int k = 0; k < c->nclauses && ok; k++) {
+            const uint64_t *m = c->masks + (size_t)k * (size_t)lit_words;
+            uint64_t any = 0;
+            for (int w = 0; w < lit_words; w++) any |= m[w] & found[w];
+            ok = any != 0;
+        }
+        if (ok) return 1;
+    }
+    return 0;
+}
+
+/* the message of the rule `uvicorn_access`: ^INFO: +\S+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}
+   (on printable ASCII, where \S is not a space and \d a digit: each `+` takes the longest
+   run, the only one the next literal can follow) */
+static int access_shape(const char *p, const char *end) {
+    const char *q;
+    if (end - p < 6 || memcmp(p, "INFO: ", 6) != 0) return 0;
+    for (p += 6; p < end && *p == ' '; p++) {}
+    for (q = p; p < end && *p != ' '; p++) {}
+    if (p == q || end - p < 4 || memcmp(p, " - \"", 4) != 0) return 0;
+    for (p += 4, q = p; p < end && *p >= 'A' && *p <= 'Z'; p++) {}
+    if (p == q || p >= end || *p != ' ') return 0;
+    for (q = ++p; p < end && *p != ' '; p++) {}
+    if (p == q || end - p < 6 || memcmp(p, " HTTP/", 6) != 0) return 0;
+    for (p += 6, q = p; p < end && ((*p >= '0' && *p <= '9') || *p == '.'); p++) {}
+    if (p == q || end - p < 5 || p[0] != '"' || p[1] != ' ') return 0;
+    for (int i = 2; i < 5; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* the message of the rule `uvicorn_warning`: ^WARNING: + */
+static int warning_shape(const char *p, const char *end) {
+    return end - p >= 9 && memcmp(p, "WARNING: ", 9) == 0;
+}
+
+/* one line [p, end) into the bulk table (1), or not a bulk line (0); -1 out of memory */
+static int read_bulk(const char *p, const char *end, int64_t line, Table *t, DateCache *dc) {
+    int64_t ts;
+    const char *rank;
+    size_t rank_len;
+    if (end - p < 30 || end - p > bulk_max_line) return 0;
+    const char *m = read_prefix(p, end, &ts, &rank, &rank_len, dc);
+    if (!m) return 0;
+    int kind = access_shape(m, end) ? G_ACCESS : warning_shape(m, end) ? G_WARNING : -1;
+    if (kind < 0) return 0;
+    for (const char *c = p; c < end; c++)
+        if (*c < 0x20 || *c > 0x7e) return 0;
+    uint64_t found[MAX_LITS / 64];
+    find_lits(p, m, end, found);
+    if (dnf_hit(&groups[G_HEAD], found)) return 0;
+    int32_t flag = dnf_hit(&groups[kind], found) | dnf_hit(&groups[G_SECRET], found) << 1;
+    Col *c = t->cols;
+    if (col_put(&c[0], &line, 0) || col_put(&c[1], bulk_kind[kind], bulk_kind_len[kind]) ||
+        col_put(&c[2], p + 1, 19) || col_put(&c[3], rank, rank_len) ||
+        col_put(&c[4], m, (size_t)(end - m)) || col_put(&c[5], &flag, 0))
+        return -1;
+    t->n++;
+    return 1;
+}
+
 /* ---- scan(data, first_line) ----------------------------------------------------------- */
 /* valid UTF-8 (as Python's strict decoder takes it) without NUL: 1, else 0 */
 static int plain_text(const char *s, Py_ssize_t n) {
@@ -716,7 +859,7 @@ static int plain_text(const char *s, Py_ssize_t n) {
     return 1;
 }
 
-/* the lines of [p, p+n) into the tables; -1 out of memory */
+/* the lines of [p, p+n) into the tables (out: decode, prefill, bulk); -1 out of memory */
 static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, Table *out) {
     const char *start = p, *end = p + n;
     if (n && end[-1] == '\n') end--; /* one trailing LF ends the last line */
@@ -732,9 +875,12 @@ static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, 
         if (read_metrics(p, e, &r, hints, &dc)) {
             if (put_row(&out[r.kind], &kinds[r.kind], line, &r, e + 1 - start, end - e)) return -1;
         } else {
-            if (col_put(&other->cols[0], &line, 0) || col_put(&other->cols[1], p, (size_t)(e - p)))
+            int b = bulk_on ? read_bulk(p, e, line, &out[2], &dc) : 0;
+            if (b < 0) return -1;
+            if (!b && (col_put(&other->cols[0], &line, 0) ||
+                       col_put(&other->cols[1], p, (size_t)(e - p))))
                 return -1;
-            other->n++;
+            other->n += !b;
         }
         line++;
         if (!nl) return 0;
@@ -753,14 +899,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     const char *p = buf.buf;
     Py_ssize_t n = buf.len;
-    Table other = {0}, out[2] = {{0}, {0}};
+    Table other = {0}, out[3] = {{0}, {0}, {0}};
     static char *other_names[] = {"line", "text"};
+    static char *bulk_names[] = {"line", "kind", "ts", "rank", "msg", "flag"};
     int ok = 0, oom = 0;
     Py_BEGIN_ALLOW_THREADS
     if (n > 0 && n < INT32_MAX && plain_text(p, n)) {
         ok = 1;
         oom = table_init(&other, 2, "ls", other_names) || kind_table(&out[0], &kinds[0]) ||
-              kind_table(&out[1], &kinds[1]) || scan_lines(p, n, first, &other, out);
+              kind_table(&out[1], &kinds[1]) || table_init(&out[2], 6, "lssssi", bulk_names) ||
+              scan_lines(p, n, first, &other, out);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
@@ -773,12 +921,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyObject *a = export_table(&other);
         PyObject *b = a ? export_table(&out[0]) : NULL;
         PyObject *c = b ? export_table(&out[1]) : NULL;
-        if (c) res = Py_BuildValue("(NNN)", a, b, c);
-        else { Py_XDECREF(a); Py_XDECREF(b); }
+        PyObject *d = c ? export_table(&out[2]) : NULL;
+        if (d) res = Py_BuildValue("(NNNN)", a, b, c, d);
+        else { Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c); }
     }
     table_free(&other);
-    table_free(&out[0]);
-    table_free(&out[1]);
+    for (int i = 0; i < 3; i++) table_free(&out[i]);
     return res;
 }
 
@@ -858,12 +1006,100 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- configure_bulk(max_line, literals, groups, kinds) -------------------------------- */
+/* literals: [(bytes, icase, anchored, scope)]; groups: four (before access, before warning,
+   the secrets sieve, a metrics head), each [[[literal id, ...] (a clause), ...] (an
+   alternative), ...]; kinds: the two rules' names */
+static int read_dnf(PyObject *spec, Dnf *d) {
+    if (!PyList_Check(spec)) return -1;
+    d->nalts = (int)PyList_GET_SIZE(spec);
+    d->alts = calloc((size_t)d->nalts + 1, sizeof(Conj));
+    if (!d->alts) return -1;
+    for (int a = 0; a < d->nalts; a++) {
+        PyObject *alt = PyList_GET_ITEM(spec, a);
+        if (!PyList_Check(alt)) return -1;
+        Conj *c = &d->alts[a];
+        c->nclauses = (int)PyList_GET_SIZE(alt);
+        c->masks = calloc((size_t)c->nclauses * (size_t)lit_words + 1, sizeof(uint64_t));
+        if (!c->masks) return -1;
+        for (int k = 0; k < c->nclauses; k++) {
+            PyObject *clause = PyList_GET_ITEM(alt, k);
+            if (!PyList_Check(clause)) return -1;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(clause); i++) {
+                long id = PyLong_AsLong(PyList_GET_ITEM(clause, i));
+                if (id < 0 || id >= nlits) return -1;
+                c->masks[(size_t)k * (size_t)lit_words + (size_t)id / 64] |= 1ull << (id % 64);
+            }
+        }
+    }
+    return 0;
+}
+
+static int add_lit(PyObject *spec) {
+    const char *text;
+    Py_ssize_t len;
+    int icase, anchored, scope;
+    if (!PyArg_ParseTuple(spec, "y#ppi", &text, &len, &icase, &anchored, &scope)) return -1;
+    if (len < 1 || len > 255 || nlits >= MAX_LITS) return -1;
+    int id = nlits;
+    Lit *l = &lits[id];
+    l->text = malloc((size_t)len);
+    if (!l->text) return -1;
+    for (Py_ssize_t i = 0; i < len; i++)
+        l->text[i] = icase ? (char)low((unsigned char)text[i]) : text[i];
+    *l = (Lit){l->text, (int)len, icase, anchored, scope != 0};
+    if (anchored) {
+        anchored_ids[nanchored++] = id;
+    } else if (len == 1) {
+        lnext[id] = head1[low((unsigned char)l->text[0])];
+        head1[low((unsigned char)l->text[0])] = (int16_t)id;
+    } else {
+        unsigned k = low((unsigned char)l->text[0]) << 8 | low((unsigned char)l->text[1]);
+        lnext[id] = head2[k];
+        head2[k] = (int16_t)id;
+    }
+    nlits++;
+    return 0;
+}
+
+static PyObject *configure_bulk(PyObject *self, PyObject *args) {
+    Py_ssize_t max_line;
+    PyObject *lit_list, *group_list, *kind_list;
+    if (!PyArg_ParseTuple(args, "nO!O!O!", &max_line, &PyList_Type, &lit_list, &PyList_Type,
+                          &group_list, &PyList_Type, &kind_list))
+        return NULL;
+    if (bulk_on || PyList_GET_SIZE(lit_list) > MAX_LITS || PyList_GET_SIZE(group_list) != NGROUPS ||
+        PyList_GET_SIZE(kind_list) != 2) {
+        PyErr_SetString(PyExc_ValueError, "_linescan: configure_bulk once, four groups, two kinds");
+        return NULL;
+    }
+    memset(head1, 0xff, sizeof head1);
+    memset(head2, 0xff, sizeof head2);
+    lit_words = PyList_GET_SIZE(lit_list) ? (int)(PyList_GET_SIZE(lit_list) + 63) / 64 : 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lit_list); i++)
+        if (add_lit(PyList_GET_ITEM(lit_list, i))) goto bad;
+    for (int g = 0; g < NGROUPS; g++)
+        if (read_dnf(PyList_GET_ITEM(group_list, g), &groups[g])) goto bad;
+    for (int k = 0; k < 2; k++) {
+        bulk_kind[k] = dup_str(PyList_GET_ITEM(kind_list, k), &bulk_kind_len[k]);
+        if (!bulk_kind[k]) return NULL;
+    }
+    bulk_max_line = max_line;
+    bulk_on = 1;
+    Py_RETURN_NONE;
+bad:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_linescan: a bad literal or group");
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS,
      "configure(kinds, graph_keys, extra_keys, tags): the layout tables (once)."},
+    {"configure_bulk", configure_bulk, METH_VARARGS,
+     "configure_bulk(max_line, literals, groups, kinds): the access and warning lines (once)."},
     {"scan", scan, METH_VARARGS,
-     "scan(data, first_line) -> None (not UTF-8, or a NUL) or (other, decode, prefill), each a "
-     "(schema, array) pair of Arrow C data capsules."},
+     "scan(data, first_line) -> None (not UTF-8, or a NUL) or (other, decode, prefill, bulk), "
+     "each a (schema, array) pair of Arrow C data capsules."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from forensics_parsers.sglang import bulk as bulk_
+from forensics_parsers.sglang import native
 from forensics_parsers.sglang.chunk import Chunk as _Chunk
 
 
@@ -20,12 +21,18 @@ class Between:
             self._physical_line(ck, line_no, raw)
 
     def _python_lines_between(
-        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, rare: pl.DataFrame
+        self,
+        ck: _Chunk,
+        other: pl.DataFrame,
+        quick: pl.DataFrame,
+        rare: pl.DataFrame,
+        typed: pl.DataFrame | None = None,
     ) -> pl.DataFrame:
         """The rare lines in Python, in file order, with what the bulk lines between them do
         to the sequential state: a prefixed bulk line closes an open traceback, unprefixed
         ones may continue it (``_gap``); if the prefix finder learns a transport prefix on the
-        way, the lines after go through Python too. -> the bulk lines that stayed bulk."""
+        way, the lines after go through Python too (``typed``: the bulk lines of ``quick``
+        that are not in ``other``, the compiled reader's). -> the bulk lines that stayed bulk."""
         if rare.is_empty() and self._tb is None:  # (a busy server's usual chunk: no walk)
             return quick
         gaps = bulk_.gaps(quick, rare)
@@ -35,13 +42,13 @@ class Between:
         for line_no, raw in rare.iter_rows():
             if line_no in gaps:
                 if not self._bulk_ok():
-                    return self._fall_back(ck, other, quick, taken, done)
+                    return self._fall_back(ck, other, quick, taken, done, typed)
                 self._gap(ck, quick, rows, gaps[line_no], line_no, taken)
             self._physical_line(ck, line_no, raw)
             done = line_no
         if gaps.get(None) is not None:
             if not self._bulk_ok():
-                return self._fall_back(ck, other, quick, taken, done)
+                return self._fall_back(ck, other, quick, taken, done, typed)
             self._gap(ck, quick, rows, gaps[None], None, taken)
         return quick.filter(~pl.col("line").is_in(taken)) if taken else quick
 
@@ -78,7 +85,16 @@ class Between:
             taken.append(line_no)
 
     def _fall_back(
-        self, ck: _Chunk, other: pl.DataFrame, quick: pl.DataFrame, taken: list[int], done: int
+        self,
+        ck: _Chunk,
+        other: pl.DataFrame,
+        quick: pl.DataFrame,
+        taken: list[int],
+        done: int,
+        typed: pl.DataFrame | None,
     ) -> pl.DataFrame:
-        self._python_lines(ck, other.filter(pl.col("line") > done))
+        after = other.filter(pl.col("line") > done)
+        if typed is not None:
+            after = pl.concat([after, native.texts(typed.filter(pl.col("line") > done))])
+        self._python_lines(ck, after.sort("line"))
         return quick.filter((pl.col("line") < done) & ~pl.col("line").is_in(taken))

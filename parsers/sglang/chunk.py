@@ -60,10 +60,12 @@ class Lines:
     ``done``: the result when there is nothing to parse yet (an unfinished line, a JSON
     record). Else ``other``: the non-metrics lines (``line``, ``text``); ``batch``: the
     metrics lines with their kind, head and timestamp read (``metrics.read_heads``), or None;
-    ``typed``: the decode and prefill rows the compiled reader filled (native.py), or None."""
+    ``typed``: the decode and prefill rows the compiled reader filled (native.py), or None;
+    ``quick``: the access and warning lines it read as bulk.py's rows (not in ``other``)."""
 
     ck: Chunk
     done: tuple[Frames, pl.DataFrame | None] | None = None
     other: pl.DataFrame | None = None
     batch: pl.DataFrame | None = None
     typed: tuple[pl.DataFrame, pl.DataFrame] | None = None
+    quick: pl.DataFrame | None = None

@@ -8,6 +8,12 @@ The reader takes only what it can decide exactly as that path would (the C file'
 how), so the rows are the same with it or without it: tests/test_parser_native.py and the
 golden digests (tests/test_parser_golden.py) run both.
 
+It also reads uvicorn's access lines and the ``WARNING:`` lines of that layout into the rows
+parsers/sglang/bulk.py gives them (``Scanned.bulk``), by the shape of their rules
+(``SHAPES``) and, for the earlier rules of the table and the secrets step, by the literals
+their own patterns need (parsers/regex_literals.py): a line holding one of those is decided
+here by the patterns themselves (``_checked``).
+
 It is built by setup.py as an optional extension: without a C compiler the package installs
 without it and ``scan`` returns None. ``FORENSICS_PURE_PARSER=1`` (or ``ENABLED = False``)
 turns it off.
@@ -21,10 +27,11 @@ from typing import Any
 
 import polars as pl
 
-from forensics_parsers.secrets import PEM_BEGIN
+from forensics_parsers.regex_literals import required
+from forensics_parsers.secrets import HINT_SIEVE, PEM_BEGIN, redact_lines
 from forensics_parsers.sglang import metrics
 from forensics_parsers.sglang.frames import DECODE_SCHEMA, PREFILL_SCHEMA
-from forensics_parsers.sglang.rules import ANSI_RX
+from forensics_parsers.sglang.rules import ANSI_RX, RULES, find_rule
 
 try:
     from forensics_parsers.sglang import _linescan
@@ -50,8 +57,50 @@ def _configure(mod: Any) -> None:
     mod.configure(kinds, graph, list(metrics.EXTRA_KEYS), list(metrics.RANK_TAGS))
 
 
+# the messages the C readers `access_shape` / `warning_shape` accept: the patterns of the
+# rules marked ``compiled`` (in table order) as they were when the readers were written (a
+# rule changed: the reader types no such line, and tests/test_parser_native.py fails)
+SHAPES = (r"^INFO: +\S+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}", r"^WARNING: +")
+SHAPED = [r for r in RULES if r.compiled]
+BULK_MAX_LINE = 1 << 16  # longer lines are left to the polars path (at most parser.MAX_LINE)
+_MSG, _LINE = 0, 1  # a literal searched in the message, or in the whole line
+
+
+def bulk_tables() -> tuple[list[tuple[bytes, bool, bool, int]], list[list]] | None:
+    """``configure_bulk``'s literals and groups (the rules before each of SHAPES' rules, the
+    secrets sieve, a metrics head), or None where a pattern's literals cannot be read (or a
+    shape is not its rule's pattern): the reader then types no such line."""
+    lits: dict[tuple[bytes, bool, bool, int], int] = {}
+
+    def dnf(patterns: list[str], scope: int) -> list[list[list[int]]] | None:
+        out = []
+        for pattern in patterns:
+            alts = required(pattern)
+            if alts is None:
+                return None
+            for alt in alts:  # (a clause of a character the lines cannot hold: left out)
+                ok = [c for c in alt if all(lit.text.isascii() for lit in c)]
+                keys = [
+                    [(lit.text.encode(), lit.icase, lit.anchored, scope) for lit in c] for c in ok
+                ]
+                out.append([[lits.setdefault(k, len(lits)) for k in c] for c in keys])
+        return out
+
+    if [r.pattern for r in SHAPED] != list(SHAPES) or not all(r.inert for r in SHAPED):
+        return None
+    before = [[r.pattern for r in RULES[: RULES.index(r)]] for r in SHAPED]
+    groups = [dnf(b, _MSG) for b in before]
+    groups += [dnf(list(HINT_SIEVE), _LINE), dnf([metrics.BATCH_HEAD], _LINE)]
+    if any(g is None for g in groups) or len(lits) > 512:
+        return None
+    return list(lits), groups
+
+
 if _linescan is not None:
     _configure(_linescan)
+    _tables = bulk_tables()
+    if _tables is not None:
+        _linescan.configure_bulk(BULK_MAX_LINE, *_tables, [r.name for r in SHAPED])
 
 ENABLED = _linescan is not None and os.environ.get(PURE_ENV, "").strip() in ("", "0")
 
@@ -61,13 +110,15 @@ class Scanned:
     """A chunk read by the compiled reader: ``n`` lines; ``other`` (``line``, ``text``), the
     lines it left to the polars path (ANSI sequences removed, as text.py removes them);
     ``decode`` / ``prefill``, the rows it typed (``line``, ``ts``, ``rank``, ``iter``, the
-    fields, ``cuda_graph``, ``extra``; no ``run_index`` yet); ``cr``: some other line holds a
-    CR; ``stats``: text.py's counters of the decoding steps."""
+    fields, ``cuda_graph``, ``extra``; no ``run_index`` yet); ``bulk``, the access and warning
+    lines, as bulk.py's rows (``line``, ``kind``, ``ts``, ``rank``, ``msg``); ``cr``: some
+    other line holds a CR; ``stats``: text.py's counters of the decoding steps."""
 
     n: int
     other: pl.DataFrame
     decode: pl.DataFrame
     prefill: pl.DataFrame
+    bulk: pl.DataFrame
     cr: bool
     stats: dict[str, int]
 
@@ -98,7 +149,10 @@ def scan(data: bytes, first_line: int, sniff: dict[str, Any] | None = None) -> S
     got = _linescan.scan(data, first_line)
     if got is None:
         return None
-    other, decode, prefill = (_frame(x) for x in got)
+    other, decode, prefill, bulk = (_frame(x) for x in got)
+    bulk, back = _checked(bulk)
+    if back is not None:
+        other = pl.concat([other, back]).sort("line")
     col = pl.col("text")
     pem, bad, esc, cr = other.select(  # one call: each costs ~0.1 ms whatever its rows
         col.str.contains(PEM_BEGIN, literal=True).any(),
@@ -121,5 +175,42 @@ def scan(data: bytes, first_line: int, sniff: dict[str, Any] | None = None) -> S
         stats["ansi_stripped"] = sum(len(a) - len(b) for a, b in zip(old, new))
         other = other.with_columns(pl.Series("text", new, dtype=pl.String))
         cr = bool(other["text"].str.contains("\r", literal=True).any())
-    n = len(other) + len(decode) + len(prefill)
-    return Scanned(n, other, decode, prefill, bool(cr), stats)
+    n = len(other) + len(decode) + len(prefill) + len(bulk)
+    return Scanned(n, other, decode, prefill, bulk, bool(cr), stats)
+
+
+def texts(bulk: pl.DataFrame) -> pl.DataFrame:
+    """Bulk rows the reader typed -> their lines (``line``, ``text``) as they were (the
+    reader takes only `[date time( TAGn)*] msg`)."""
+    rank = pl.col("rank")
+    tags = pl.when(rank != "").then(pl.lit(" ") + rank).otherwise(pl.lit(""))
+    text = pl.concat_str(pl.lit("["), pl.col("ts"), tags, pl.lit("] "), pl.col("msg"))
+    return bulk.select("line", text.alias("text"))
+
+
+def _checked(bulk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The reader's bulk rows -> (those that stay, the lines (``line``, ``text``) that go back
+    to ``other``). A row it flagged holds a literal of an earlier rule (bit 1: the table's own
+    matcher decides its rule) or of the secrets sieve (bit 2: it goes back if the secrets step
+    would change it or it opens a PEM block)."""
+    flag = bulk.get_column("flag")
+    bulk = bulk.drop("flag")
+    at = flag.ne(0).arg_true()
+    if at.is_empty():
+        return bulk, None
+    sus = bulk.gather(at).with_columns(flag.gather(at))
+    bad = [
+        f & 1 and ((found := find_rule(msg)) is None or found[0].name != kind)
+        for f, kind, msg in sus.select("flag", "kind", "msg").iter_rows()
+    ]
+    secret = sus.filter(pl.col("flag") & 2 != 0)
+    if not secret.is_empty():
+        lines = texts(secret)["text"]
+        changed = redact_lines(lines).lines.ne(lines) | lines.str.contains(PEM_BEGIN, literal=True)
+        worse = set(secret["line"].filter(changed).to_list())
+        bad = [b or line in worse for b, line in zip(bad, sus["line"].to_list())]
+    if not any(bad):
+        return bulk, None
+    back = sus["line"].filter(pl.Series(bad, dtype=pl.Boolean))
+    out = pl.col("line").is_in(back.implode())
+    return bulk.filter(~out), texts(bulk.filter(out))

@@ -44,6 +44,7 @@ from forensics_parsers.sglang.stages import mem_figures
 from forensics_parsers.sglang.text import chunk_lines, find_eol, rfind_eol, to_dt, ts_of
 
 MAX_LINE = 1 << 20  # longer lines are cut to this (P11) and counted
+assert native.BULK_MAX_LINE <= MAX_LINE  # (the compiled reader's bulk lines are never cut)
 MAX_TEXT = 4000  # text kept per line in the `lines` frame
 # A chunk of fewer non-metrics lines goes through the Python path whole: the bulk path's
 # dozen polars calls cost ~3 ms whatever their size, more than Python takes for ~150 lines (a
@@ -264,6 +265,7 @@ class LogParser(Between):
         out = Lines(ck, other=other)
         if fast is not None:
             out.typed = (fast.decode, fast.prefill)
+            out.quick = fast.bulk if not fast.bulk.is_empty() else None
         if not batch.is_empty():
             out.batch, _ = metrics.read_heads(batch, self.date_hint)
         return out
@@ -281,10 +283,20 @@ class LogParser(Between):
         # here, not with the lines: an ingest's reading thread, which also reads, hashes and
         # scans the bytes, is the busier of the two.)
         start_run = self.run_index
-        if self._bulk_ok() and other.height >= self.bulk_min_lines:
-            quick, rare = bulk_.split(other, self.date_hint, MAX_LINE)
-            quick = self._python_lines_between(ck, other, quick, rare)
+        typed = lines.quick  # (the compiled reader's bulk lines: not in ``other``)
+        n_typed = 0 if typed is None else typed.height
+        if self._bulk_ok() and other.height + n_typed >= self.bulk_min_lines:
+            quick, rare = (
+                bulk_.split(other, self.date_hint, MAX_LINE)
+                if other.height
+                else (bulk_.empty(), other)
+            )
+            if typed is not None:
+                quick = typed if quick.is_empty() else pl.concat([quick, typed]).sort("line")
+            quick = self._python_lines_between(ck, other, quick, rare, typed)
         else:
+            if typed is not None:
+                other = pl.concat([other, native.texts(typed)]).sort("line")
             self._python_lines(ck, other)
             quick = bulk_.empty()
         quick = self._after_python(ck, quick, start_run)

@@ -69,6 +69,8 @@ class Rule:
     # follows; "hint" a kept line that may carry a catalog signature
     role: str | None = None
     cited_by: str | None = None  # the rule whose line cites instead (a usage dump: its error)
+    # the compiled reader reads this rule's lines by the shape of its pattern (native.SHAPES)
+    compiled: bool = False
 
     @property
     def inert(self) -> bool:
@@ -183,7 +185,13 @@ RULES: list[Rule] = [
         "stage",
     ),
     Rule("uvicorn_shutdown_wait", r"^INFO: +Waiting for application shutdown", None, "info"),
-    Rule("uvicorn_access", r"^INFO: +\S+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}", None, "access"),
+    Rule(
+        "uvicorn_access",
+        r"^INFO: +\S+ - \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3}",
+        None,
+        "access",
+        compiled=True,
+    ),
     Rule(
         "bind_error",
         r"^ERROR: +\[Errno \d+\] error while attempting to bind on address",
@@ -192,7 +200,7 @@ RULES: list[Rule] = [
         role="fatal",
     ),
     Rule("uvicorn_error", r"^ERROR: +", None, "error"),
-    Rule("uvicorn_warning", r"^WARNING: +", None, "warning", role="hint"),
+    Rule("uvicorn_warning", r"^WARNING: +", None, "warning", role="hint", compiled=True),
     Rule("ready", r"^The server is fired up and ready to roll!", "ready", "stage"),
     Rule(
         "warmup",
