@@ -696,7 +696,8 @@ static int kind_table(Table *t, const Kind *k) {
  * a line holding none of an earlier rule's literals has no earlier rule (flag 0); one that
  * does gets flag bit 1, one holding a literal of the secrets sieve bit 2, and native.py
  * decides those lines with the patterns themselves. A line holding a literal of a metrics
- * head (the polars path reads it as a metrics line) is left in `other`. */
+ * head (the polars path reads it as a metrics line) or of a PEM key's BEGIN (that path reads
+ * the whole chunk) is left in `other`. */
 #define MAX_LITS 512
 typedef struct {
     char *text; /* lower case when icase */
@@ -717,8 +718,10 @@ typedef struct {
 enum { G_ACCESS = 0, G_WARNING = 1, G_SECRET = 2, G_HEAD = 3, NGROUPS = 4 };
 static Lit lits[MAX_LITS];
 static int nlits = 0, lit_words = 1;
-static int16_t head1[256], head2[65536], lnext[MAX_LITS]; /* unanchored, by their first bytes */
-static int anchored_ids[MAX_LITS], nanchored = 0;
+/* the literals by their first byte (lower case): anchored ones of the message and of the line,
+   one-byte ones; the others by their first two bytes (key2: which pairs begin one) */
+static int16_t head_msg[256], head_line[256], head1[256], head2[65536], lnext[MAX_LITS];
+static uint64_t key2[65536 / 64];
 static Dnf groups[NGROUPS];
 static char *bulk_kind[2];
 static size_t bulk_kind_len[2];
@@ -735,24 +738,25 @@ static inline int lit_at(const Lit *l, const char *p, const char *end) {
     return 1;
 }
 
+static inline void mark_chain(int id, const char *p, const char *msg, const char *end,
+                              uint64_t *found) {
+    for (; id >= 0; id = lnext[id]) {
+        const Lit *l = &lits[id];
+        if ((l->scope || p >= msg) && lit_at(l, p, end)) found[id / 64] |= 1ull << (id % 64);
+    }
+}
+
 /* the literals of [line, end) into found (a bit per literal; a message's from msg on) */
 static void find_lits(const char *line, const char *msg, const char *end, uint64_t *found) {
     memset(found, 0, sizeof(uint64_t) * (size_t)lit_words);
-    for (int i = 0; i < nanchored; i++) {
-        const Lit *l = &lits[anchored_ids[i]];
-        if (lit_at(l, l->scope ? line : msg, end))
-            found[anchored_ids[i] / 64] |= 1ull << (anchored_ids[i] % 64);
-    }
+    if (msg < end) mark_chain(head_msg[low((unsigned char)*msg)], msg, msg, end, found);
+    if (line < end) mark_chain(head_line[low((unsigned char)*line)], line, msg, end, found);
+    unsigned a = line < end ? low((unsigned char)*line) : 0;
     for (const char *p = line; p < end; p++) {
-        unsigned a = low((unsigned char)*p);
-        int id = head1[a], two = p + 1 < end ? head2[a << 8 | low((unsigned char)p[1])] : -1;
-        for (int chain = 0; chain < 2; chain++, id = two) {
-            for (; id >= 0; id = lnext[id]) {
-                const Lit *l = &lits[id];
-                if ((l->scope || p >= msg) && lit_at(l, p, end))
-                    found[id / 64] |= 1ull << (id % 64);
-            }
-        }
+        unsigned b = p + 1 < end ? low((unsigned char)p[1]) : 0, k = a << 8 | b;
+        if (head1[a] >= 0) mark_chain(head1[a], p, msg, end, found);
+        if (key2[k / 64] >> (k % 64) & 1) mark_chain(head2[k], p, msg, end, found);
+        a = b;
     }
 }
 
@@ -1049,7 +1053,9 @@ static int add_lit(PyObject *spec) {
         l->text[i] = icase ? (char)low((unsigned char)text[i]) : text[i];
     *l = (Lit){l->text, (int)len, icase, anchored, scope != 0};
     if (anchored) {
-        anchored_ids[nanchored++] = id;
+        int16_t *head = scope ? head_line : head_msg;
+        lnext[id] = head[low((unsigned char)l->text[0])];
+        head[low((unsigned char)l->text[0])] = (int16_t)id;
     } else if (len == 1) {
         lnext[id] = head1[low((unsigned char)l->text[0])];
         head1[low((unsigned char)l->text[0])] = (int16_t)id;
@@ -1057,6 +1063,7 @@ static int add_lit(PyObject *spec) {
         unsigned k = low((unsigned char)l->text[0]) << 8 | low((unsigned char)l->text[1]);
         lnext[id] = head2[k];
         head2[k] = (int16_t)id;
+        key2[k / 64] |= 1ull << (k % 64);
     }
     nlits++;
     return 0;
@@ -1073,6 +1080,8 @@ static PyObject *configure_bulk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "_linescan: configure_bulk once, four groups, two kinds");
         return NULL;
     }
+    memset(head_msg, 0xff, sizeof head_msg);
+    memset(head_line, 0xff, sizeof head_line);
     memset(head1, 0xff, sizeof head1);
     memset(head2, 0xff, sizeof head2);
     lit_words = PyList_GET_SIZE(lit_list) ? (int)(PyList_GET_SIZE(lit_list) + 63) / 64 : 1;

@@ -22,6 +22,7 @@ turns it off.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ _MSG, _LINE = 0, 1  # a literal searched in the message, or in the whole line
 
 def bulk_tables() -> tuple[list[tuple[bytes, bool, bool, int]], list[list]] | None:
     """``configure_bulk``'s literals and groups (the rules before each of SHAPES' rules, the
-    secrets sieve, a metrics head), or None where a pattern's literals cannot be read (or a
+    secrets sieve, a line the reader leaves), or None where a pattern's literals cannot be read (or a
     shape is not its rule's pattern): the reader then types no such line."""
     lits: dict[tuple[bytes, bool, bool, int], int] = {}
 
@@ -90,7 +91,8 @@ def bulk_tables() -> tuple[list[tuple[bytes, bool, bool, int]], list[list]] | No
         return None
     before = [[r.pattern for r in RULES[: RULES.index(r)]] for r in SHAPED]
     groups = [dnf(b, _MSG) for b in before]
-    groups += [dnf(list(HINT_SIEVE), _LINE), dnf([metrics.BATCH_HEAD], _LINE)]
+    # (a metrics line is the polars path's, a PEM key's BEGIN makes the chunk that path's)
+    groups += [dnf(list(HINT_SIEVE), _LINE), dnf([metrics.BATCH_HEAD, re.escape(PEM_BEGIN)], _LINE)]
     if any(g is None for g in groups) or len(lits) > 512:
         return None
     return list(lits), groups
@@ -192,25 +194,24 @@ def _checked(bulk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The reader's bulk rows -> (those that stay, the lines (``line``, ``text``) that go back
     to ``other``). A row it flagged holds a literal of an earlier rule (bit 1: the table's own
     matcher decides its rule) or of the secrets sieve (bit 2: it goes back if the secrets step
-    would change it or it opens a PEM block)."""
-    flag = bulk.get_column("flag")
-    bulk = bulk.drop("flag")
+    would change it)."""
+    flag = bulk.drop_in_place("flag")
     at = flag.ne(0).arg_true()
     if at.is_empty():
         return bulk, None
-    sus = bulk.gather(at).with_columns(flag.gather(at))
-    bad = [
-        f & 1 and ((found := find_rule(msg)) is None or found[0].name != kind)
-        for f, kind, msg in sus.select("flag", "kind", "msg").iter_rows()
-    ]
-    secret = sus.filter(pl.col("flag") & 2 != 0)
-    if not secret.is_empty():
-        lines = texts(secret)["text"]
-        changed = redact_lines(lines).lines.ne(lines) | lines.str.contains(PEM_BEGIN, literal=True)
-        worse = set(secret["line"].filter(changed).to_list())
-        bad = [b or line in worse for b, line in zip(bad, sus["line"].to_list())]
-    if not any(bad):
+    sus, flags = bulk.gather(at), flag.gather(at).to_list()
+    bad = set()
+    ruled = [i for i, f in enumerate(flags) if f & 1]
+    if ruled:
+        rows = sus[ruled].select("line", "kind", "msg").rows()
+        bad = {n for n, kind, msg in rows if (f := find_rule(msg)) is None or f[0].name != kind}
+    secret = [i for i, f in enumerate(flags) if f & 2]
+    if secret:
+        lines = texts(sus[secret])
+        done = redact_lines(lines["text"])
+        if done.changed:
+            bad |= set(lines["line"].filter(done.lines.ne(lines["text"])).to_list())
+    if not bad:
         return bulk, None
-    back = sus["line"].filter(pl.Series(bad, dtype=pl.Boolean))
-    out = pl.col("line").is_in(back.implode())
+    out = pl.col("line").is_in(pl.Series(sorted(bad), dtype=pl.Int64).implode())
     return bulk.filter(~out), texts(bulk.filter(out))
