@@ -708,11 +708,22 @@ typedef struct {
 typedef struct {
     int nclauses;
     uint64_t *masks; /* nclauses * lit_words: the literals of each clause, one must occur */
+    int *ids, *cut;  /* the same as lists: clause k's are ids[cut[k]] .. ids[cut[k + 1] - 1] */
 } Conj;
+
+/* the literals a line holds: a bit each, and where the first ends and the last starts */
+typedef struct {
+    uint64_t bits[MAX_LITS / 64];
+    int32_t first_end[MAX_LITS], last_start[MAX_LITS];
+} Found;
 
 typedef struct {
     int nalts;
     Conj *alts; /* one alternative: all of its clauses hold */
+    /* the alternatives by the literals of their first clause (one of them must be found):
+       literal id's are alt_ids[start[id]] .. alt_ids[start[id + 1] - 1]; keys: those literals */
+    int *start, *alt_ids;
+    uint64_t keys[MAX_LITS / 64];
 } Dnf;
 
 enum { G_ACCESS = 0, G_WARNING = 1, G_SECRET = 2, G_HEAD = 3, NGROUPS = 4 };
@@ -738,39 +749,59 @@ static inline int lit_at(const Lit *l, const char *p, const char *end) {
     return 1;
 }
 
-static inline void mark_chain(int id, const char *p, const char *msg, const char *end,
-                              uint64_t *found) {
+static inline void mark_chain(int id, const char *p, const char *line, const char *msg,
+                              const char *end, Found *f) {
     for (; id >= 0; id = lnext[id]) {
         const Lit *l = &lits[id];
-        if ((l->scope || p >= msg) && lit_at(l, p, end)) found[id / 64] |= 1ull << (id % 64);
+        if ((l->scope || p >= msg) && lit_at(l, p, end)) {
+            uint64_t bit = 1ull << (id % 64);
+            if (!(f->bits[id / 64] & bit)) f->first_end[id] = (int32_t)(p - line) + l->len;
+            f->bits[id / 64] |= bit;
+            f->last_start[id] = (int32_t)(p - line);
+        }
     }
 }
 
 /* the literals of [line, end) into found (a bit per literal; a message's from msg on) */
-static void find_lits(const char *line, const char *msg, const char *end, uint64_t *found) {
-    memset(found, 0, sizeof(uint64_t) * (size_t)lit_words);
-    if (msg < end) mark_chain(head_msg[low((unsigned char)*msg)], msg, msg, end, found);
-    if (line < end) mark_chain(head_line[low((unsigned char)*line)], line, msg, end, found);
+static void find_lits(const char *line, const char *msg, const char *end, Found *found) {
+    memset(found->bits, 0, sizeof(uint64_t) * (size_t)lit_words);
+    if (msg < end) mark_chain(head_msg[low((unsigned char)*msg)], msg, line, msg, end, found);
+    if (line < end) mark_chain(head_line[low((unsigned char)*line)], line, line, msg, end, found);
     unsigned a = line < end ? low((unsigned char)*line) : 0;
     for (const char *p = line; p < end; p++) {
         unsigned b = p + 1 < end ? low((unsigned char)p[1]) : 0, k = a << 8 | b;
-        if (head1[a] >= 0) mark_chain(head1[a], p, msg, end, found);
-        if (key2[k / 64] >> (k % 64) & 1) mark_chain(head2[k], p, msg, end, found);
+        if (head1[a] >= 0) mark_chain(head1[a], p, line, msg, end, found);
+        if (key2[k / 64] >> (k % 64) & 1) mark_chain(head2[k], p, line, msg, end, found);
         a = b;
     }
 }
 
-static int dnf_hit(const Dnf *d, const uint64_t *found) {
-    for (int a = 0; a < d->nalts; a++) {
-        const Conj *c = &d->alts[a];
-        int ok = 1;
-        for (int k = 0; k < c->nclauses && ok; k++) {
-            const uint64_t *m = c->masks + (size_t)k * (size_t)lit_words;
-            uint64_t any = 0;
-            for (int w = 0; w < lit_words; w++) any |= m[w] & found[w];
-            ok = any != 0;
+/* whether a line may match an alternative: each clause of it holds, and in order (the
+   clauses of a pattern's parts, left to right: one ends before the next begins) */
+static int alt_hit(const Conj *c, const Found *f) {
+    int32_t end_before = -1; /* where the previous clause's first literal ends */
+    for (int k = 0; k < c->nclauses; k++) {
+        int32_t last = -1, first = INT32_MAX;
+        for (int i = c->cut[k]; i < c->cut[k + 1]; i++) {
+            int id = c->ids[i];
+            if (!(f->bits[id / 64] >> (id % 64) & 1)) continue;
+            if (f->last_start[id] > last) last = f->last_start[id];
+            if (f->first_end[id] < first) first = f->first_end[id];
         }
-        if (ok) return 1;
+        if (last < 0 || last < end_before) return 0;
+        end_before = first;
+    }
+    return 1;
+}
+
+/* whether a line may match some alternative of d (those a literal found leads to) */
+static int dnf_hit(const Dnf *d, const Found *f) {
+    for (int w = 0; w < lit_words; w++) {
+        for (uint64_t bits = f->bits[w] & d->keys[w]; bits; bits &= bits - 1) {
+            int id = w * 64 + __builtin_ctzll(bits);
+            for (int i = d->start[id]; i < d->start[id + 1]; i++)
+                if (alt_hit(&d->alts[d->alt_ids[i]], f)) return 1;
+        }
     }
     return 0;
 }
@@ -801,7 +832,8 @@ static int warning_shape(const char *p, const char *end) {
 }
 
 /* one line [p, end) into the bulk table (1), or not a bulk line (0); -1 out of memory */
-static int read_bulk(const char *p, const char *end, int64_t line, Table *t, DateCache *dc) {
+static int read_bulk(const char *p, const char *end, int64_t line, Table *t, DateCache *dc,
+                     Found *found) {
     int64_t ts;
     const char *rank;
     size_t rank_len;
@@ -812,7 +844,6 @@ static int read_bulk(const char *p, const char *end, int64_t line, Table *t, Dat
     if (kind < 0) return 0;
     for (const char *c = p; c < end; c++)
         if (*c < 0x20 || *c > 0x7e) return 0;
-    uint64_t found[MAX_LITS / 64];
     find_lits(p, m, end, found);
     if (dnf_hit(&groups[G_HEAD], found)) return 0;
     int32_t flag = dnf_hit(&groups[kind], found) | dnf_hit(&groups[G_SECRET], found) << 1;
@@ -872,24 +903,31 @@ static int scan_lines(const char *p, Py_ssize_t n, int64_t first, Table *other, 
         for (int j = 0; j < MAX_KEYS; j++) hints[i][j] = -1;
     Row r;
     DateCache dc = {{0}, 0, 0};
+    Found *found = bulk_on ? malloc(sizeof(Found)) : NULL;
+    if (bulk_on && !found) return -1;
     int64_t line = first;
     for (;;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
         if (read_metrics(p, e, &r, hints, &dc)) {
-            if (put_row(&out[r.kind], &kinds[r.kind], line, &r, e + 1 - start, end - e)) return -1;
+            if (put_row(&out[r.kind], &kinds[r.kind], line, &r, e + 1 - start, end - e)) {
+                free(found);
+                return -1;
+            }
         } else {
-            int b = bulk_on ? read_bulk(p, e, line, &out[2], &dc) : 0;
-            if (b < 0) return -1;
+            int b = bulk_on ? read_bulk(p, e, line, &out[2], &dc, found) : 0;
+            if (b < 0) { free(found); return -1; }
             if (!b && (col_put(&other->cols[0], &line, 0) ||
                        col_put(&other->cols[1], p, (size_t)(e - p))))
                 return -1;
             other->n += !b;
         }
         line++;
-        if (!nl) return 0;
+        if (!nl) break;
         p = nl + 1;
     }
+    free(found);
+    return 0;
 }
 
 static PyObject *scan(PyObject *self, PyObject *args) {
@@ -1014,6 +1052,28 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 /* literals: [(bytes, icase, anchored, scope)]; groups: four (before access, before warning,
    the secrets sieve, a metrics head), each [[[literal id, ...] (a clause), ...] (an
    alternative), ...]; kinds: the two rules' names */
+/* d's alternatives by the literals of their first clause (an alternative without a clause:
+   none, and read_dnf refuses it: native.py gives none) */
+static int index_dnf(Dnf *d) {
+    d->start = calloc((size_t)nlits + 2, sizeof(int));
+    int total = 0;
+    for (int a = 0; a < d->nalts; a++) total += d->alts[a].cut[1];
+    d->alt_ids = calloc((size_t)total + 1, sizeof(int));
+    int *fill = calloc((size_t)nlits + 1, sizeof(int));
+    if (!d->start || !d->alt_ids || !fill) { free(fill); return -1; }
+    for (int a = 0; a < d->nalts; a++)
+        for (int i = 0; i < d->alts[a].cut[1]; i++) d->start[d->alts[a].ids[i] + 1]++;
+    for (int id = 0; id < nlits; id++) d->start[id + 1] += d->start[id];
+    for (int a = 0; a < d->nalts; a++)
+        for (int i = 0; i < d->alts[a].cut[1]; i++) {
+            int id = d->alts[a].ids[i];
+            d->alt_ids[d->start[id] + fill[id]++] = a;
+            d->keys[id / 64] |= 1ull << (id % 64);
+        }
+    free(fill);
+    return 0;
+}
+
 static int read_dnf(PyObject *spec, Dnf *d) {
     if (!PyList_Check(spec)) return -1;
     d->nalts = (int)PyList_GET_SIZE(spec);
@@ -1024,19 +1084,28 @@ static int read_dnf(PyObject *spec, Dnf *d) {
         if (!PyList_Check(alt)) return -1;
         Conj *c = &d->alts[a];
         c->nclauses = (int)PyList_GET_SIZE(alt);
+        if (c->nclauses < 1) return -1; /* (it would match any line: native.py gives none) */
         c->masks = calloc((size_t)c->nclauses * (size_t)lit_words + 1, sizeof(uint64_t));
-        if (!c->masks) return -1;
+        c->cut = calloc((size_t)c->nclauses + 1, sizeof(int));
+        if (!c->masks || !c->cut) return -1;
         for (int k = 0; k < c->nclauses; k++) {
             PyObject *clause = PyList_GET_ITEM(alt, k);
             if (!PyList_Check(clause)) return -1;
+            c->cut[k + 1] = c->cut[k] + (int)PyList_GET_SIZE(clause);
+        }
+        c->ids = calloc((size_t)c->cut[c->nclauses] + 1, sizeof(int));
+        if (!c->ids) return -1;
+        for (int k = 0; k < c->nclauses; k++) {
+            PyObject *clause = PyList_GET_ITEM(alt, k);
             for (Py_ssize_t i = 0; i < PyList_GET_SIZE(clause); i++) {
                 long id = PyLong_AsLong(PyList_GET_ITEM(clause, i));
                 if (id < 0 || id >= nlits) return -1;
                 c->masks[(size_t)k * (size_t)lit_words + (size_t)id / 64] |= 1ull << (id % 64);
+                c->ids[c->cut[k] + i] = (int)id;
             }
         }
     }
-    return 0;
+    return index_dnf(d);
 }
 
 static int add_lit(PyObject *spec) {

@@ -81,6 +81,8 @@ def bulk_tables() -> tuple[list[tuple[bytes, bool, bool, int]], list[list]] | No
                 return None
             for alt in alts:  # (a clause of a character the lines cannot hold: left out)
                 ok = [c for c in alt if all(lit.text.isascii() for lit in c)]
+                if not ok:  # (it would match any line)
+                    return None
                 keys = [
                     [(lit.text.encode(), lit.icase, lit.anchored, scope) for lit in c] for c in ok
                 ]
