@@ -166,20 +166,28 @@ def test_the_shapes_are_the_rules_patterns():
     assert got.bulk["kind"].to_list() == [r.name for r in native.SHAPED]
 
 
+def _spans(lit, text: str) -> list[tuple[int, int]]:
+    """Where a literal occurs in a text (as the reader compares it)."""
+    hay = text.lower() if lit.icase else text
+    if lit.anchored:
+        return [(0, len(lit.text))] if hay.startswith(lit.text) else []
+    return [(m.start(), m.start() + len(lit.text)) for m in re.finditer(re.escape(lit.text), hay)]
+
+
 def _holds(alts, text: str) -> bool:
-    low = text.lower()
-    return any(
-        all(
-            any(
-                (low if lit.icase else text).startswith(lit.text)
-                if lit.anchored
-                else lit.text in (low if lit.icase else text)
-                for lit in clause
-            )
-            for clause in alt
-        )
-        for alt in alts
-    )
+    """What the reader checks: some alternative whose clauses all occur, each clause's last
+    occurrence starting after the previous clause's first one ends."""
+    for alt in alts:
+        end_before, ok = -1, True
+        for clause in alt:
+            spans = [sp for lit in clause for sp in _spans(lit, text)]
+            if not spans or max(s for s, _ in spans) < end_before:
+                ok = False
+                break
+            end_before = min(e for _, e in spans)
+        if ok:
+            return True
+    return False
 
 
 PATTERNS = [r.pattern for r in RULES] + list(HINT_SIEVE) + [BATCH_HEAD]
