@@ -15,7 +15,8 @@
  * optional fraction; integer columns: digits only, short enough to be exact) or True/False
  * for the graph key, becomes a typed row of the decode or prefill table. Every other line
  * (metrics lines off that layout included) goes to the `other` table with its line number,
- * and the polars path reads it as before. So this code decides only what it can decide
+ * and the polars path reads it as before, but for uvicorn's access lines and the `WARNING:`
+ * lines of the plain prefix, which become rows of the `bulk` table (configure_bulk, below). So this code decides only what it can decide
  * exactly as the polars path would; anything else is handed back.
  *
  * Values: integers are exact (at most 9 digits for Int32, 15 for Int64: below 2**53, where
