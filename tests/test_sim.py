@@ -424,3 +424,42 @@ def test_measured_tok_s_matches_model(sims):
     # machine only makes it later. Not the rate between chunks: a late first chunk followed by
     # a burst makes that faster than the model. `make bench` measures the accuracy.
     assert t1 - sent >= final["sim"]["decode_s"] - MAX_LAG_S, (t1 - sent, final["sim"])
+
+
+def test_a_health_check_gives_a_loaded_machine_time_whatever_the_speed():
+    """SGLang's health check waits 20 s for its 1-token generation; at --sim-speed 400 that
+    was 50 ms of wall time, and a ready simulator on a loaded machine answered /health 503
+    (a launcher test's recheck saw `running`). A generation that takes 0.3 s of wall is a
+    healthy answer at any speed; one that never ends is still a failed check. (The engine
+    here is a stand-in that finishes the probe late: the wait is the server's own code.)"""
+    import asyncio
+    from types import SimpleNamespace
+
+    from forensics.sim.server import SimServer
+
+    class LateEngine:
+        def __init__(self, delay: float | None):
+            self.delay, self.waiting, self.last_forward_at = delay, [], time.monotonic()
+
+        def submit(self, req):
+            self.waiting.append(req)
+            if self.delay is None:
+                return  # a hung scheduler
+
+            async def finish():
+                await asyncio.sleep(self.delay)
+                req.finish_reason = {"type": "length"}
+                req.events.put_nowait("done")
+
+            self.task = asyncio.get_running_loop().create_task(finish())
+
+    def probe(delay: float | None, speed: float) -> bool:
+        srv = object.__new__(SimServer)
+        srv.engine = LateEngine(delay)
+        srv.cfg = SimpleNamespace(speed=speed)
+        srv.log = SimpleNamespace(main=lambda text: None)
+        return asyncio.run(srv._probe())
+
+    assert probe(0.3, speed=400.0) is True
+    assert probe(0.3, speed=1_000_000.0) is True
+    assert probe(None, speed=1_000_000.0) is False  # (waits HEALTH_CHECK_MIN_WALL_S)

@@ -26,6 +26,19 @@ from forensics.sim.startup import InitFailure, Startup, server_args_fields, serv
 
 WARMUP_TEXT = "The capital city of France is"
 HEALTH_CHECK_TIMEOUT_S = 20.0
+# the least wall time a health check's 1-token generation gets, whatever the speed: a
+# compressed clock does not compress the machine's scheduling delays (at --sim-speed 400 the
+# 20 s became 50 ms, and a loaded machine's ready server answered /health 503: a launcher
+# test's recheck saw `running`). Below the launcher's own probe timeout (5 s).
+HEALTH_CHECK_MIN_WALL_S = 3.0
+
+
+def health_check_timeout(speed: float) -> float:
+    """Wall seconds a health check waits for its 1-token generation (SGLang's 20 s, at the
+    simulator's speed, never under HEALTH_CHECK_MIN_WALL_S)."""
+    return max(HEALTH_CHECK_TIMEOUT_S / speed, HEALTH_CHECK_MIN_WALL_S)
+
+
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -309,7 +322,7 @@ class SimServer:
         req = Req(rid=f"HEALTH_CHECK_{time.time()}", prompt_tokens=1, max_new_tokens=1, ignore_eos=True, kind="probe")  # fmt: skip
         tic = time.strftime("%H:%M:%S")
         eng.submit(req)
-        timeout = HEALTH_CHECK_TIMEOUT_S / self.cfg.speed
+        timeout = health_check_timeout(self.cfg.speed)
         try:
             await asyncio.wait_for(self._wait_done(req), timeout)
             return True
