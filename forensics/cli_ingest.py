@@ -80,9 +80,9 @@ def register(cli: click.Group) -> None:
     type=Number(1, 1024, integer=True),
     default=None,
     metavar="N",
-    help="Files parsed at once: forensics parses one and N-1 worker processes the others "
-    "(default: the number of cores; 1: one after another, no worker). Only files of 16 MiB "
-    "or more to parse go to a worker.",
+    help="Files parsed at once, each by a worker process that forensics feeds (default: the "
+    "number of cores; 1: one after another, no worker). Only files of 16 MiB or more to parse "
+    "go to a worker; smaller ones are parsed by forensics itself.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.pass_context

@@ -157,6 +157,45 @@ def test_parallel_store_equals_serial_on_fixtures_real_logs_and_a_grown_log(tmp_
     _same_store(stores[1], stores[2])
 
 
+def test_a_parallel_ingest_gives_every_big_log_to_a_worker(tmp_path, monkeypatch):
+    """With a pool, every log of POOL_MIN_BYTES or more goes to a worker (``jobs`` of them), a
+    log waiting for a free one when all are busy; only small logs are parsed here. The main
+    process once parsed a big log itself when every worker was busy: with polars' whole
+    thread pool, beside its feeds and adoptions, it was the ingest's peak RSS (399-420 MB,
+    ``--jobs 8`` of 8 x 100 MB logs on 16 cores; docs/performance.md, issue 15)."""
+    import forensics.ingest.batch as batch
+
+    here: list[str] = []
+    given: list[str] = []
+    workers: list[int] = []
+    parse, submit = batch._parse_file, pool.Pool.submit
+
+    def parsed_here(tx, opened, *a):
+        here.append(opened.out.path)
+        return parse(tx, opened, *a)
+
+    def given_to_a_worker(self, job, *a):
+        given.append(job.out.path)
+        submit(self, job, *a)
+        workers.append(len(self.workers))
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 150_000)
+    monkeypatch.setattr(batch, "_parse_file", parsed_here)
+    monkeypatch.setattr(pool.Pool, "submit", given_to_a_worker)
+    big = [str(_big_log(tmp_path / f"big{i}.log", 0.2, i)) for i in range(5)]
+    small = str(_big_log(tmp_path / "small.log", 0.1, 9))
+    logs = [*big[:2], small, *big[2:]]
+    home, serial = tmp_path / "st", tmp_path / "serial"
+    s = ingest(Store.open(home), logs, jobs=2)
+    assert [f.status for f in s.files] == ["new"] * len(logs)
+    assert here == [small], "a big log parsed in the main process"
+    assert given == big
+    assert max(workers) == 2
+    monkeypatch.undo()
+    ingest(Store.open(serial), logs, jobs=1)
+    _same_store(serial, home)
+
+
 def test_a_worker_that_dies_fails_its_file_alone(tmp_path):
     """A worker killed (as the OOM killer would) while it parses: that file is `failed` with
     one warning line and exit 4; the other files are ingested; the same command ingests it."""
@@ -376,8 +415,10 @@ def test_an_interrupt_in_a_parse_threads_start_leaves_no_row_without_its_source(
     import forensics.ingest.file as file
     from forensics.store.transaction import Transaction
 
-    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)  # the first file to the worker ...
-    monkeypatch.setattr(file, "SERIAL_BYTES", 0)  # ... the next parsed here, with its threads
+    # the first file (0.2 MB) to a worker, the next ones (0.1 MB: small) parsed here, with
+    # their threads
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 150_000)
+    monkeypatch.setattr(file, "SERIAL_BYTES", 0)
     monkeypatch.setattr(batch, "BATCH_FILES", 1000)
     monkeypatch.setattr(batch, "BATCH_SECONDS", 1e9)
     fired, rolled = threading.Event(), threading.Event()
@@ -410,7 +451,7 @@ def test_an_interrupt_in_a_parse_threads_start_leaves_no_row_without_its_source(
     monkeypatch.setattr(Transaction, "rollback", rolled_back)
     monkeypatch.setattr(file, "_stage", late_stage)
     monkeypatch.setattr(Transaction, "commit", commit_after_the_thread)
-    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.2, i)) for i in range(3)]
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.2 if i == 0 else 0.1, i)) for i in range(3)]
     home = tmp_path / "st"
     assert ingest(Store.open(home), logs, jobs=2).interrupted
     assert fired.is_set(), "no parse thread started in the main process"

@@ -25,8 +25,8 @@ def _verdicts(store: Store) -> dict[str, dict]:
 
 
 def _to_workers(monkeypatch) -> list[str]:
-    """Every log of a parallel ingest to a worker (none parsed in the main process, even
-    when every worker is busy); -> the paths given to workers."""
+    """Every log of a parallel ingest to a worker (none parsed in the main process: a big
+    log never is, and here every log is big); -> the paths given to workers."""
     given: list[str] = []
     real_submit = pool.Pool.submit
 
@@ -35,7 +35,6 @@ def _to_workers(monkeypatch) -> list[str]:
         return real_submit(self, job, *a)
 
     monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)  # an empty log too
-    monkeypatch.setattr(pool.Pool, "room", lambda self: True)
     monkeypatch.setattr(pool.Pool, "submit", submit)
     return given
 

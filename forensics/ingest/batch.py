@@ -293,9 +293,9 @@ class _Batch:
     """One store transaction over many files, committed every BATCH_FILES files or
     BATCH_SECONDS seconds; each file has a savepoint, so a file that fails leaves nothing
     and the files before it are still committed. With ``jobs`` > 1, ``jobs`` files of
-    POOL_MIN_BYTES or more to parse are parsed at once: this process parses one while up to
-    ``jobs`` - 1 worker processes (forensics/ingest/pool.py) parse the others; a worker's file
-    is adopted into the batch, in input order, when the worker is done."""
+    POOL_MIN_BYTES or more to parse are parsed at once by up to ``jobs`` worker processes
+    (forensics/ingest/pool.py) that this process feeds; a worker's file is adopted into the
+    batch, in input order, when the worker is done."""
 
     def __init__(self, store: Store, lock_timeout: float | None, jobs: int = 1):
         self.store = store
@@ -409,8 +409,10 @@ class _Batch:
     def _dispatch(
         self, host: Any, path: str, summary: IngestSummary, name_pattern, report
     ) -> tuple[FileOutcome, bool]:
-        """A file of a parallel ingest: parsed here when small, else given to a worker
-        (-> its outcome, True); what _prepare drops is deferred to the file's adoption."""
+        """A file of a parallel ingest: parsed here when small, else given to a worker, waiting
+        for a free one (-> its outcome, True); what _prepare drops is deferred to the file's
+        adoption. A big log parsed here (the cores' polars threads) beside the feeds and the
+        adoptions was this process's peak RSS (docs/performance.md, tenth stop)."""
         from forensics.ingest.pool import POOL_MIN_BYTES, Job, Pool
 
         if self._deferring is None or self._deferring.tx is not self.tx:
@@ -421,15 +423,13 @@ class _Batch:
         if isinstance(opened, FileOutcome):
             return opened, False
         big = opened.src.stat.size - opened.resume[0] >= POOL_MIN_BYTES
-        if big and self.pool is None:  # this process is one of the ``jobs`` parsing at once
+        if big and self.pool is None:  # ``jobs`` workers; this process feeds them
             from forensics.ingest.pool import default_jobs
             from forensics.store.staging import new_staging
 
-            threads = max(1, default_jobs() // self.jobs)
-            self.pool = Pool(
-                self.jobs - 1, new_staging(self.store.root), threads, store=self.store.root
-            )
-        if not big or not self.pool.room():  # small, or every worker busy: parsed here
+            jobs, threads = self.jobs, max(1, default_jobs() // self.jobs)
+            self.pool = Pool(jobs, new_staging(self.store.root), threads, store=self.store.root)
+        if not big:
             for key in defer.drops:
                 self.tx.drop_source(key)
             _record(self.tx, opened, _parse_file(self.tx, opened, summary, name_pattern, report))

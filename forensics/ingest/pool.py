@@ -4,8 +4,10 @@ staged parts; the ingest's transaction adopts them (forensics/ingest/batch.py).
 The parse holds the GIL, so N files parse at once only in N processes. The division of work:
 
 * **The main process** opens each file, decides what to parse (unchanged, grown, rewritten:
-  ``_prepare``), parses it itself when it is small or every worker is busy (``--jobs N``:
-  this process and N-1 workers), and for a worker's file reads the bytes through the log
+  ``_prepare``), parses it itself when it is small, else gives it to one of N workers
+  (``--jobs N``), waiting for a free one when all are busy (a big log parsed here, with
+  polars' whole thread pool beside the feeds and the adoptions, was the ingest's peak RSS:
+  docs/performance.md, tenth stop). For a worker's file it reads the bytes through the log
   source, local or over SSH (one connection per host lives here), feeding the content hash as
   the serial path does. A
   feeder thread per file sends the chunks down a pipe to the file's worker; a worker that
@@ -274,12 +276,6 @@ class Pool:
         self.store = store  # the store's folder: a worker's verdicts use its model
         self._threads = threads
         self.workers: list[_Worker] = []
-
-    def room(self) -> bool:
-        """A file given now would start at once: a worker is idle, or one more may start."""
-        self.wait(block=False)
-        self.workers = [w for w in self.workers if w.job is not None or w.alive()]
-        return len(self.workers) < self.jobs or any(w.job is None for w in self.workers)
 
     def submit(self, job: Job, name_pattern: str | None) -> None:
         """Give ``job`` to an idle worker (started if fewer than ``jobs`` run), waiting for one
