@@ -284,6 +284,9 @@ class LogSource:
     bom: int  # its BOM's length (dropped)
     notes: list[str] = field(default_factory=list)
     hasher: Any = None  # fed every byte read (``feed(offset, chunk)``): ingest's content hash
+    # a remote stream decompressed in a thread of its own while the reader parses; False: in
+    # the reading thread (a worker's feeder, which only sends: forensics/logstream.py)
+    decode_ahead: bool = True
 
     @property
     def transformed(self) -> bool:

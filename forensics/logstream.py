@@ -163,8 +163,12 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
         raw = _RawStream(itertools.chain((rest,), stream))
         log = wire.reader(raw) if wire.reader is not None else io.BufferedReader(raw)
         wait = getattr(src.host, "op_timeout", 30.0) + AHEAD_GRACE
-        ahead = _DecodeAhead(src.where, log, got, want - got, wait)
-        for data in ahead:
+        if src.decode_ahead:
+            ahead = _DecodeAhead(src.where, log, got, want - got, wait)
+        # a worker's feed holds no chunk decoded ahead: ~6 MB less per stream in the main
+        # process, 8 streams at once (docs/performance.md, "Peak RSS of a parallel ingest's
+        # main process"); each read is bounded by the stream's own timeout
+        for data in ahead if ahead is not None else _reads(log, got, want - got):
             got += len(data)
             yield data
     except (RemoteError, *damage):
@@ -178,6 +182,20 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
             ahead.join()
     if got < want:
         yield from src.host.iter_chunks(src.path, start + got, READ_CHUNK, limit=want - got)
+
+
+def _reads(log: Any, skip: int, left: int, stopped: Any = lambda: False) -> Iterator[bytes]:
+    """The next ``left`` bytes of ``log`` after ``skip`` dropped, READ_CHUNK at a time (until
+    ``stopped()``)."""
+    from forensics.logsource import READ_CHUNK
+
+    if _skip(log, skip, READ_CHUNK):
+        while left and not stopped():
+            data = log.read(min(READ_CHUNK, left))
+            if not data:
+                break
+            left -= len(data)
+            yield data
 
 
 class _DecodeAhead:
@@ -212,16 +230,9 @@ class _DecodeAhead:
 
     def _pull(self, skip: int, left: int) -> None:
         """(thread) The chunks into the queue, then None (or the error)."""
-        from forensics.logsource import READ_CHUNK
-
         try:
-            if _skip(self._log, skip, READ_CHUNK):
-                while left and not self._stop.is_set():
-                    data = self._log.read(min(READ_CHUNK, left))
-                    if not data:
-                        break
-                    left -= len(data)
-                    self._put(data)
+            for data in _reads(self._log, skip, left, self._stop.is_set):
+                self._put(data)
             self._put(None)
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             self._put(exc)

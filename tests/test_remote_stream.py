@@ -99,6 +99,62 @@ def test_the_wire_is_decompressed_in_a_thread_of_its_own_that_ends_with_the_stre
     assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
 
 
+@pytest.mark.parametrize("wire", _wires())
+def test_a_workers_feed_decompresses_the_wire_in_its_own_thread(
+    ssh_host, big_log, monkeypatch, wire
+):
+    # a feeder thread of a parallel ingest only sends the chunks to its worker: no chunk
+    # waits decoded ahead in the main process (8 streams at once: its peak RSS, issue 15)
+    import threading
+
+    monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
+    _no_lead(monkeypatch)
+    readers: set[str] = set()
+    real = logstream._skip
+
+    def skip(log, n, most):
+        readers.add(threading.current_thread().name)
+        return real(log, n, most)
+
+    monkeypatch.setattr(logstream, "_skip", skip)
+    src = open_log(ssh_host, str(big_log))
+    src.decode_ahead = False
+    data = big_log.read_bytes()
+    chunks = list(src.chunks())
+    assert b"".join(chunks) == data and max(map(len, chunks)) <= READ_CHUNK
+    assert b"".join(src.chunks(READ_CHUNK + 7)) == data[READ_CHUNK + 7 :]
+    assert readers == {threading.current_thread().name}
+    it = src.chunks()
+    next(it)
+    it.close()
+    assert ssh_host.run("echo ok", timeout=10).text.strip() == "ok"
+
+
+def test_a_parallel_ingest_feeds_its_workers_without_decoding_ahead(monkeypatch, tmp_path):
+    """The pool's feeder thread reads its log with ``decode_ahead`` off."""
+    import threading
+
+    from forensics.ingest import ingest, pool
+
+    seen: list[bool] = []
+    real = logsource.LogSource.chunks
+
+    def chunks(self, *a, **kw):
+        if threading.current_thread().name.startswith("forensics-ingest-feed"):
+            seen.append(self.decode_ahead)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(logsource.LogSource, "chunks", chunks)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    logs = [tmp_path / f"{i}.log" for i in range(2)]
+    for p in logs:
+        shutil.copy(FIXTURES / "sglang_eagle3_cg_16dt.log", p)
+        with p.open("a") as f:
+            f.write(f"[2026-02-25 11:00:0{len(seen)}] distinct {p.name}\n")
+    ingest(Store.open(tmp_path / "st"), [str(p) for p in logs], jobs=2)
+    assert seen == [False, False]
+
+
 def test_what_the_stream_misses_is_read_over_sftp(ssh_host, big_log, monkeypatch):
     # a "wire" that stops after 100 kB, as a dropped stream would
     monkeypatch.setattr(logsource, "WIRE", (Wire("cat", "head -c 100000", None),))

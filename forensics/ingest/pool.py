@@ -385,6 +385,7 @@ def _feed(conn: Any, job: Job) -> None:
     from forensics.hosts import ReadIncomplete
 
     o = job.opened
+    o.src.decode_ahead = False  # this thread only sends: a remote stream decoded here
     offset = o.resume[0]
     total = max(0, o.src.stat.size - offset)
     done = 0
