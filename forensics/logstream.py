@@ -238,23 +238,9 @@ class _DecodeAhead:
             self._put(exc)
 
     def __iter__(self) -> Iterator[bytes]:
-        import queue
+        from forensics.hosts.streams import drained
 
-        from forensics.errors import RemoteError
-
-        while True:
-            try:
-                item = self._ahead.get(timeout=self._wait)
-            except queue.Empty:
-                raise RemoteError(
-                    f"{self._where}: no data for {self._wait:g} s",
-                    hint="the connection may have dropped; re-run",
-                ) from None
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        return drained(self._ahead, self._wait, self._where)
 
     def stop(self) -> None:
         """No more chunks wanted: the thread ends at its next chunk (or as its read ends)."""

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,14 +72,9 @@ def test_a_log_that_grows_while_streamed_gives_the_bytes_it_had_when_opened(
     assert b"".join(src.chunks(READ_CHUNK + 7)) == data[READ_CHUNK + 7 :]
 
 
-@pytest.mark.parametrize("wire", _wires())
-def test_the_wire_is_decompressed_in_a_thread_of_its_own_that_ends_with_the_stream(
-    ssh_host, big_log, monkeypatch, wire
-):
-    # the reading thread (ingest's split stage) gets decompressed chunks: the wire's reader
-    # is read in forensics-decode, ahead of it; a stream closed half-read ends that thread
-    import threading
-
+def _wire_readers(monkeypatch, wire: str) -> set[str]:
+    """Only ``wire`` offered, no SFTP lead; -> the names of the threads that read the wire's
+    decompressed bytes (filled as the stream is read)."""
     monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
     _no_lead(monkeypatch)
     readers: set[str] = set()
@@ -89,6 +85,16 @@ def test_the_wire_is_decompressed_in_a_thread_of_its_own_that_ends_with_the_stre
         return real(log, n, most)
 
     monkeypatch.setattr(logstream, "_skip", skip)
+    return readers
+
+
+@pytest.mark.parametrize("wire", _wires())
+def test_the_wire_is_decompressed_in_a_thread_of_its_own_that_ends_with_the_stream(
+    ssh_host, big_log, monkeypatch, wire
+):
+    # the reading thread (ingest's split stage) gets decompressed chunks: the wire's reader
+    # is read in forensics-decode, ahead of it; a stream closed half-read ends that thread
+    readers = _wire_readers(monkeypatch, wire)
     src = open_log(ssh_host, str(big_log))
     assert b"".join(src.chunks()) == big_log.read_bytes()
     assert readers == {"forensics-decode"}
@@ -105,18 +111,7 @@ def test_a_workers_feed_decompresses_the_wire_in_its_own_thread(
 ):
     # a feeder thread of a parallel ingest only sends the chunks to its worker: no chunk
     # waits decoded ahead in the main process (8 streams at once: its peak RSS, issue 15)
-    import threading
-
-    monkeypatch.setattr(logsource, "WIRE", tuple(w for w in logsource.WIRE if w.name == wire))
-    _no_lead(monkeypatch)
-    readers: set[str] = set()
-    real = logstream._skip
-
-    def skip(log, n, most):
-        readers.add(threading.current_thread().name)
-        return real(log, n, most)
-
-    monkeypatch.setattr(logstream, "_skip", skip)
+    readers = _wire_readers(monkeypatch, wire)
     src = open_log(ssh_host, str(big_log))
     src.decode_ahead = False
     data = big_log.read_bytes()
@@ -132,7 +127,6 @@ def test_a_workers_feed_decompresses_the_wire_in_its_own_thread(
 
 def test_a_parallel_ingest_feeds_its_workers_without_decoding_ahead(monkeypatch, tmp_path):
     """The pool's feeder thread reads its log with ``decode_ahead`` off."""
-    import threading
 
     from forensics.ingest import ingest, pool
 

@@ -26,11 +26,37 @@ import contextlib
 import queue
 import shlex
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from forensics.errors import RemoteError
 from forensics.hosts.base import STREAM_AHEAD, STREAM_WINDOW
+
+
+def drained(
+    ahead: queue.Queue,
+    wait: float,
+    where: str,
+    lost: Callable[[BaseException], BaseException] | None = None,
+) -> Iterator[bytes]:
+    """What a read-ahead thread puts in ``ahead``, until it puts None: every wait bounded by
+    ``wait`` seconds (RemoteError: no data), an error it puts raised here (as ``lost`` makes
+    it, when given). The remote stream's reader (``_pieces``) and the decode thread of a
+    remote log (forensics/logstream.py) read their threads so."""
+    while True:
+        try:
+            item = ahead.get(timeout=wait)
+        except queue.Empty:
+            raise RemoteError(
+                f"{where}: no data for {wait:g} s",
+                hint="the connection may have dropped; re-run",
+            ) from None
+        if item is None:
+            return
+        if isinstance(item, BaseException):
+            raise item if lost is None else lost(item)
+        yield item
+
 
 STREAM_PACKET = 1 << 15  # max packet size asked for a stream's channel (OpenSSH sends <= 32 KiB)
 # what a shell started ahead runs: one line (READY) once the login shell is up, then the script
@@ -187,22 +213,14 @@ class Streams:
 
     def _pieces(self, ahead: queue.Queue) -> Iterator[bytes]:
         """What the read-ahead thread queued, until the end of the output."""
-        while True:
-            try:
-                item = ahead.get(timeout=self.op_timeout + 5)
-            except queue.Empty:
-                raise RemoteError(
-                    f"{self.address}: no data for {self.op_timeout:g} s",
-                    hint="the connection may have dropped; re-run",
-                ) from None
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise RemoteError(
-                    f"{self.address}: connection lost while reading ({item})",
-                    hint="re-run; the bytes read so far were kept",
-                )
-            yield item
+
+        def lost(exc: BaseException) -> RemoteError:
+            return RemoteError(
+                f"{self.address}: connection lost while reading ({exc})",
+                hint="re-run; the bytes read so far were kept",
+            )
+
+        return drained(ahead, self.op_timeout + 5, self.address, lost)
 
 
 class RemoteStream:
