@@ -141,9 +141,9 @@ def _verdicts(store: Store, summary: IngestSummary, batch: _Batch, left_unverdic
 def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
     """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
     a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
-    waits for the host, and the parse needed the import after it (issue 15, remote). None
-    otherwise (a thread started and joined for nothing: its start waits for it to run,
-    milliseconds on a busy machine, an unchanged re-ingest's).
+    waits for the host, and the parse needed the import after it (issue 15, remote). A
+    stand-in whose join does nothing otherwise (a thread started and joined for nothing: its
+    start waits for it to run, milliseconds on a busy machine, an unchanged re-ingest's).
 
     paramiko is imported first, here, alone: imported beside the parser, both held the GIL
     by turns and the connection (then the remote shell it starts, the first bytes) came
