@@ -60,3 +60,42 @@ def test_an_ingest_sets_one_arena(tmp_path):
         f"ingest(Store.open({str(tmp_path / 'store')!r}), [{str(log)!r}], jobs=1)"
     )
     assert _arenas(setup, tmp_path) == 1
+
+
+# after ``setup``: a chunk of 8 MB allocated and freed, then what glibc keeps at its arena's top
+# (mallinfo2's keepcost: the free top it could give back)
+KEPT = """
+import ctypes
+{setup}
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+info = ctypes.CDLL(None).mallinfo2
+info.restype = Info
+chunk = bytearray(8 << 20)
+del chunk
+print(info().keepcost)
+"""
+
+
+def _kept(setup: str, tmp_path: Path) -> int:
+    env = dict(os.environ, FORENSICS_HOME=str(tmp_path / "home"))
+    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_"):
+        env.pop(name, None)
+    got = subprocess.run(
+        [sys.executable, "-c", KEPT.format(setup=setup)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return int(got.stdout)
+
+
+def test_one_arena_keeps_a_freed_chunk_for_the_next(tmp_path):
+    """The chunks an ingest frees (the bytes read, their lines) stay in the arena for the next
+    one: given back, each chunk's pages were faulted in and zeroed again (the parse window,
+    eleventh stop)."""
+    assert _kept("", tmp_path) < 8 << 20  # mapped on its own and unmapped when freed ...
+    setup = "from forensics.ingest.heap import one_arena; one_arena()"
+    assert _kept(setup, tmp_path) >= 8 << 20  # ... not after one_arena

@@ -1,4 +1,5 @@
-"""The C heap of an ingest process: one glibc malloc arena (issue 15, peak RSS).
+"""The C heap of an ingest process: one glibc malloc arena that keeps the chunks it frees
+(issue 15, peak RSS and the parse window's page faults).
 
 glibc gives a thread that allocates while another holds an arena's lock an arena of its own
 (up to 8 per core), and memory freed in the middle of an arena stays resident. An ingest's
@@ -7,17 +8,32 @@ parts, the hash, an SSH connection's) each free chunks of megabytes (the bytes r
 compiled reader's columns): with an arena each, 60-130 MB of the peak was free memory that
 glibc kept (``mallinfo2``'s ``fordblks``). In one arena the next chunk reuses it. Polars and
 Arrow allocate with their own jemalloc and are not concerned.
+
+In that arena, a freed chunk of megabytes at its top went back to the system (glibc trims
+the top above twice its dynamic mmap threshold, 8 MB after the first 4 MB chunk freed) and
+the next chunk's pages were faulted in and zeroed again: ~24,000 page faults per 100 MB
+parsed in the reading thread alone, ~0.03 s of its CPU (docs/performance.md, "The parse
+window, eleventh stop"). ``KEEP_BYTES`` of free top are kept; chunks up to that size come
+from the arena, not from mappings of their own (fixing either threshold turns glibc's
+dynamic one off).
 """
 
 from __future__ import annotations
 
-M_ARENA_MAX = -8  # mallopt's parameter (malloc.h)
+KEEP_BYTES = 32 << 20  # free memory at the arena's top kept; chunks up to this from the arena
+# mallopt's parameters (malloc.h) -> the value an ingest sets
+SETTINGS = (
+    (-8, 1),  # M_ARENA_MAX: one arena
+    (-1, KEEP_BYTES),  # M_TRIM_THRESHOLD: the free top kept
+    (-3, KEEP_BYTES),  # M_MMAP_THRESHOLD: larger chunks are mapped (and unmapped when freed)
+)
 
 
 def one_arena() -> None:
     """Threads that start after this share glibc's main arena (the ones already holding an
-    arena keep it). Called by an ingest before it starts a thread, and by a pool worker. A
-    no-op where the C library has no ``mallopt`` (not glibc)."""
+    arena keep it), which keeps ``KEEP_BYTES`` of what is freed at its top. Called by an
+    ingest before it starts a thread, and by a pool worker. A no-op where the C library has
+    no ``mallopt`` (not glibc)."""
     import os
 
     try:
@@ -28,6 +44,8 @@ def one_arena() -> None:
     import ctypes
 
     try:
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
+    for param, value in SETTINGS:
+        mallopt(param, value)
