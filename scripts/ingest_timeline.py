@@ -5,9 +5,11 @@
 runs ``forensics ingest FILE`` in this process with the steps of an ingest wrapped
 (``STEPS``): each one's start and end (seconds since ``T_SPAWN``, the shell's clock before the
 interpreter started, so the interpreter's own start is counted) and the main thread's CPU in
-it, then every thread's span and CPU (``time.thread_time``), and the process's CPU (the
-polars pool's threads are the difference). Printed on stderr at exit (docs/performance.md,
-"The critical path of one ingest, tenth stop"). On a shared machine, ``chrt -f 10`` before
+it, then every thread's span and CPU (``time.thread_time``), the time it was runnable but
+waiting for a core, the time it slept (the GIL, a queue, I/O) and its minor page faults, and
+the process's CPU (the polars pool's threads are the difference). Printed on stderr at exit
+(docs/performance.md, "The critical path of one ingest, tenth stop", "The parse window,
+eleventh stop"). On a shared machine, ``chrt -f 10`` before
 ``python`` gives the figures of an idle one (the other sessions wait for it)."""
 
 from __future__ import annotations
@@ -52,15 +54,31 @@ def _timed(fn, label: str):
     return wrapper
 
 
+def _waits() -> tuple[float, int]:
+    """This thread's time runnable but waiting for a core (Linux schedstat) and its minor page
+    faults so far; (0, 0) where the system does not say."""
+    import resource
+
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            queued = int(f.read().split()[1]) / 1e9
+        return queued, resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    except (OSError, AttributeError, IndexError, ValueError):
+        return 0.0, 0
+
+
 def _thread_cpu() -> None:
     run = threading.Thread.run
 
     def timed_run(self) -> None:
-        start, cpu = _now(), time.thread_time()
+        start, cpu, (queued, faults) = _now(), time.thread_time(), _waits()
         try:
             run(self)
         finally:
-            THREADS.append((self.name, start, _now(), time.thread_time() - cpu))
+            q, f = _waits()
+            THREADS.append(
+                (self.name, start, _now(), time.thread_time() - cpu, q - queued, f - faults)
+            )
 
     threading.Thread.run = timed_run
 
@@ -79,8 +97,14 @@ def _report() -> None:
     _mark("exit")
     for at, thread, what in EVENTS:
         print(f"{at:7.3f} {thread[:24]:24s} {what}", file=sys.stderr)
-    for name, start, end, cpu in THREADS:
-        print(f"thread {name[:28]:28s} {start:6.3f}-{end:6.3f} s, cpu {cpu:.3f} s", file=sys.stderr)
+    for name, start, end, cpu, queued, faults in THREADS:
+        # the rest of its span it slept: the GIL, a queue, a lock, I/O
+        print(
+            f"thread {name[:28]:28s} {start:6.3f}-{end:6.3f} s, cpu {cpu:.3f} s, waiting for "
+            f"a core {queued:.3f} s, asleep {end - start - cpu - queued:.3f} s, "
+            f"{faults} page faults",
+            file=sys.stderr,
+        )
     print(
         f"main thread cpu {time.thread_time():.3f} s, process cpu {time.process_time():.3f} s",
         file=sys.stderr,
