@@ -278,34 +278,49 @@ def test_the_verdict_steps_imports_run_beside_the_parse_and_end_with_the_ingest(
     assert events == []
 
 
-def test_the_content_hash_computed_beside_the_reads_is_the_files_sha1(tmp_path):
-    """Issue 15: inside ``beside`` the sha1 updates run in a thread of their own; fed in
-    order with overlapping and repeated reads, and with mutable buffers (hashed at once), the
-    digest is the file's sha1 whichever way, and the thread ends with the block."""
+def test_the_content_hash_computed_beside_the_reads_is_the_files_digest(tmp_path):
+    """Issue 15: fed in order with overlapping and repeated reads, and with mutable buffers,
+    the digest is the file's xxh3_128 (and, for an old store's record, its sha1) whichever
+    way; inside ``beside`` the sha1 updates run in a thread of their own, which ends with the
+    block, and the xxh3 ones in the reading thread (no thread: the handover cost more)."""
     import hashlib
 
-    from forensics.ingest.hashing import _Hasher
+    import xxhash
+
+    from forensics.ingest.hashing import HASHES, _Hasher
 
     rng = random.Random(7)
     data = b"".join(b"line %d %x\n" % (i, rng.getrandbits(64)) for i in range(150_000))
-    want = hashlib.sha1(data).hexdigest()
+    want = "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
+    old = hashlib.sha1(data).hexdigest()  # a record of a store written before xxh3
     step = 256 << 10
     reads = [(p, data[p : p + step]) for p in range(0, len(data), step)]
     reads.insert(3, reads[1])  # a chunk read again: already hashed, skipped
     reads.insert(5, (reads[4][0] - 100, data[reads[4][0] - 100 : reads[4][0] + 50]))  # overlap
-    for beside in (False, True):
-        for mutable in (False, True):
-            h = _Hasher()
-            with h.beside() if beside else _null():
-                for pos, chunk in reads:
-                    h.feed(pos, bytearray(chunk) if mutable else chunk)
-            assert (h.hexdigest(), h.size) == (want, len(data))
-            assert not [t for t in threading.enumerate() if t.name.startswith("forensics-hash")]
+    for like in (None, old):
+        for beside in (False, True):
+            for mutable in (False, True):
+                h = _Hasher(like=like)
+                threads = set()
+                with h.beside() if beside else _null():
+                    for pos, chunk in reads:
+                        h.feed(pos, bytearray(chunk) if mutable else chunk)
+                        threads |= {t.name for t in threading.enumerate()}
+                assert (h.digest(), h.size) == (want, len(data))
+                if like:
+                    assert h.digest(HASHES["sha1"]) == old
+                assert ("forensics-hash" in threads) == (beside and like is not None)
+                assert not [t for t in threading.enumerate() if t.name == "forensics-hash"]
     log = tmp_path / "x.log"
     log.write_bytes(data)
     src = logsource.open_log(_local(), str(log), hasher=(h := _Hasher()))
-    assert h.of_file(src, len(data)) == want
-    assert h.of_file(src, len(data) + 1) is None  # the file is shorter
+    assert h.of_file(src, len(data), like=want) == want
+    h.reset()
+    # an old record's sha1: hashed from byte 0 again in its algorithm, then xxh3 alone
+    assert h.of_file(src, len(data), like=old) == old
+    assert h.digest() == want and h.algs == (HASHES["xxh3_128"],)
+    assert h.of_file(src, len(data) + 1, like=want) is None  # the file is shorter
+    assert h.of_file(src, len(data), like="md9:00") is None  # an algorithm not known here
 
 
 def _null():

@@ -6,7 +6,6 @@ ingest reads through the stream, and its content hash is the file's whatever the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import xxhash
 from click.testing import CliRunner
 
 from forensics import logsource, logstream
@@ -234,6 +234,11 @@ def _sftp_bytes(monkeypatch, lead: bool = False) -> list[int]:
     return seen
 
 
+def _digest(data: bytes) -> str:
+    """The content hash ingest stores (forensics.ingest.hashing.CURRENT), computed apart."""
+    return "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
+
+
 def _stored(path: Path) -> dict:
     """The manifest record of the one source ingested from ``path``."""
     (rec,) = [r for r in Store.open(None).sources().values() if r["path"] == str(path)]
@@ -254,7 +259,7 @@ def test_ingest_streams_a_remote_log_and_a_same_size_same_mtime_rewrite_is_repar
     first = _ingest([f"sshtest:{log}"])
     assert first["files_by_status"] == {"new": 1}
     assert sum(sftp) <= 64 << 10  # the head only: the body came through the stream
-    assert _stored(log)["content_hash"] == hashlib.sha1(log.read_bytes()).hexdigest()
+    assert _stored(log)["content_hash"] == _digest(log.read_bytes())
     assert _ingest([f"sshtest:{log}"])["files_by_status"] == {"unchanged": 1}
     # the same size and mtime, other bytes in the middle: re-parsed, not "unchanged"
     st = log.stat()
@@ -268,7 +273,7 @@ def test_ingest_streams_a_remote_log_and_a_same_size_same_mtime_rewrite_is_repar
     assert log.stat().st_size == st.st_size and log.stat().st_mtime_ns == st.st_mtime_ns
     again = _ingest([f"sshtest:{log}"])
     assert again["files_by_status"] == {"rewritten": 1}
-    assert _stored(log)["content_hash"] == hashlib.sha1(bytes(data)).hexdigest()
+    assert _stored(log)["content_hash"] == _digest(bytes(data))
 
 
 def test_stream_and_sftp_give_the_same_hash_and_rows(ssh_config, big_log, monkeypatch, tmp_path):
@@ -280,7 +285,7 @@ def test_stream_and_sftp_give_the_same_hash_and_rows(ssh_config, big_log, monkey
     over_sftp = _ingest([f"sshtest:{big_log}"])
     assert sum(sftp) >= big_log.stat().st_size
     assert _stored(big_log)["content_hash"] == rec["content_hash"]
-    assert rec["content_hash"] == hashlib.sha1(big_log.read_bytes()).hexdigest()
+    assert rec["content_hash"] == _digest(big_log.read_bytes())
     assert _rows() == rows
     for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
         assert over_sftp[k] == streamed[k], k
@@ -299,7 +304,7 @@ def test_a_stream_cut_halfway_falls_back_to_sftp_cleanly(
     cut = _ingest([f"sshtest:{big_log}"])
     assert size // 2 <= sum(sftp) < size  # the second half, and the head
     assert cut["files_by_status"] == {"new": 1} and not cut["warnings"]
-    assert _stored(big_log)["content_hash"] == hashlib.sha1(big_log.read_bytes()).hexdigest()
+    assert _stored(big_log)["content_hash"] == _digest(big_log.read_bytes())
     assert _rows() == rows
     for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
         assert cut[k] == local[k], k
@@ -505,7 +510,7 @@ def test_the_first_bytes_come_over_sftp_while_the_stream_s_shell_starts(
     rows = _rows()
     monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "lead-store"))
     remote = _ingest([f"sshtest:{big_log}"])
-    assert _stored(big_log)["content_hash"] == hashlib.sha1(data).hexdigest()
+    assert _stored(big_log)["content_hash"] == _digest(data)
     assert _rows() == rows
     for k in ("lines_total", "decode_lines", "prefill_lines", "bytes_parsed", "lines_by_kind"):
         assert remote[k] == local[k], k

@@ -194,7 +194,9 @@ def _open(
             hint="rename the file (forensics classify reads it as it is)",
         )
         return _skip(out, summary, "bad-path", exc.message.split(": ", 1)[-1], exc)
-    hasher = _Hasher()
+    # fed from the first read: also in the algorithm of the stored digest, where an older
+    # store's record holds another (compared like with like, ``_compare``)
+    hasher = _Hasher(like=(tx.man.sources.get(sid) or {}).get("content_hash"))
     try:
         src = open_log(host, path, where=path, hasher=hasher)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
@@ -233,7 +235,7 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and prev.get("size") == st.size
         and prev.get("mtime") == st.mtime
         and prev.get("head_hash_full") == o.head_hash
-        and o.hasher.of_file(o.src, st.size) == known
+        and o.hasher.of_file(o.src, st.size, like=known) == known
     ):
         o.out.status = "unchanged"
         o.out.runs = prev.get("runs", 0)
@@ -249,7 +251,7 @@ def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, 
         and same_head
         and st.size >= (prev.get("size") or 0)
         and prev.get("resume")
-        and o.hasher.of_file(o.src, prev["size"]) == known
+        and o.hasher.of_file(o.src, prev["size"], like=known) == known
     ):
         state = _saved_state(tx, sid)
         o.out.status = "grown"
@@ -443,7 +445,7 @@ def _record(tx: Any, o: _Opened, parsed: _Parsed) -> None:
             "mtime": st.mtime,
             "inode": st.inode,
             "dev": o.dev,
-            "content_hash": o.hasher.hexdigest(),
+            "content_hash": o.hasher.digest(),
             "head_len": min(len(head), HEAD_BYTES),
             "head_hash": o.head_hash,
             "head_hash_full": o.head_hash,

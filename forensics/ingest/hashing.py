@@ -1,6 +1,13 @@
-"""The content hash of a source (the one cache key, see forensics/ingest/__init__.py): a sha1
-fed by the very reads the parse makes (the log source feeds it every byte it reads, streamed or
-not: ``forensics.logsource.LogSource.raw``), or by reading the file (_Hasher.of_file)."""
+"""The content hash of a source (the one cache key, see forensics/ingest/__init__.py): fed by
+the very reads the parse makes (the log source feeds it every byte it reads, streamed or not:
+``forensics.logsource.LogSource.raw``), or by reading the file (_Hasher.of_file).
+
+A digest names its algorithm (``HASHES``): ``xxh3_128:<32 hex>`` is written; a bare 40-hex
+digest is the sha1 that stores written before it hold. A stored digest is compared with the
+file's digest of the same algorithm (``_Hasher(like=...)``, ``of_file(..., like=...)``), so an
+old store's unchanged log is still unchanged and a changed one still changed; a record is
+rewritten, with the current algorithm, only when its log is parsed again (grown or rewritten).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import InputNotFound
@@ -17,23 +25,74 @@ from forensics.errors import InputNotFound
 BESIDE_MIN_BYTES = 8 << 20
 
 
+def _xxh3_128() -> Any:
+    import xxhash
+
+    return xxhash.xxh3_128()
+
+
+@dataclass(frozen=True)
+class Hash:
+    """A content hash's algorithm: ``new()`` a hash object (``update``, ``hexdigest``); its
+    digests are ``prefix`` + hex; ``beside``: slow enough that its updates run in a thread of
+    their own beside the reads (``_Hasher.beside``), where the handover costs less than the
+    hashing (xxh3 hashes 100 MB in ~4 ms of CPU, sha1 in ~52: docs/performance.md, "The
+    content hash and the wire, eleventh stop")."""
+
+    name: str
+    new: Callable[[], Any]
+    prefix: str
+    beside: bool
+
+
+HASHES: dict[str, Hash] = {
+    h.name: h
+    for h in (
+        Hash("xxh3_128", _xxh3_128, "xxh3_128:", beside=False),  # written
+        Hash("sha1", hashlib.sha1, "", beside=True),  # stores written before xxh3 (bare hex)
+    )
+}
+CURRENT = HASHES["xxh3_128"]
+
+
+def algorithm(digest: str) -> Hash | None:
+    """The algorithm of a stored digest (None: one this version does not know)."""
+    name, sep, _ = digest.rpartition(":")
+    return HASHES.get(name) if sep else HASHES["sha1"]
+
+
 class _Hasher:
-    """sha1 of a file's bytes from 0, fed in order; ``size`` = the bytes hashed so far.
-    Inside ``beside`` the updates run in a thread of their own (hashlib leaves the GIL), so
-    the reading thread goes on to its next read (and the parse's thread to its split)."""
+    """The content hash of a file's bytes from 0, fed in order; ``size`` = the bytes hashed
+    so far. CURRENT's, and also that of the stored digest ``like`` when it is another (an
+    old store's record to compare with). Inside ``beside`` the updates of a slow algorithm
+    run in a thread of their own (hashlib leaves the GIL), so the reading thread goes on to
+    its next read (and the parse's thread to its split)."""
 
-    def __init__(self) -> None:
-        self.h = hashlib.sha1()
-        self.size = 0
+    def __init__(self, like: str | None = None) -> None:
         self._beside: _Updates | None = None  # the thread of ``beside``
+        self._start(like)
 
-    def hexdigest(self) -> str:
-        self._wait()
-        return self.h.hexdigest()
+    def _start(self, like: str | None) -> None:
+        also = algorithm(like) if like else None
+        self.algs = (CURRENT,) if also in (None, CURRENT) else (CURRENT, also)
+        self.hs = [a.new() for a in self.algs]
+        self.size = 0
 
-    def reset(self) -> None:
+    def digest(self, alg: Hash | None = None) -> str:
+        """The digest of the bytes hashed, as stored (``alg``: one this hasher computes;
+        CURRENT if None)."""
         self._wait()
-        self.h, self.size = hashlib.sha1(), 0
+        alg = alg or CURRENT
+        return alg.prefix + self.hs[self.algs.index(alg)].hexdigest()
+
+    def reset(self, like: str | None = None) -> None:
+        """From byte 0 again (CURRENT, and ``like``'s algorithm when it is another)."""
+        self._wait()
+        self._start(like)
+
+    def _update(self, data: Any) -> None:
+        for h in self.hs:
+            h.update(data)
 
     def feed(self, pos: int, chunk: bytes) -> None:
         """``chunk`` read at offset ``pos``: hash the part past what is hashed already."""
@@ -42,9 +101,9 @@ class _Hasher:
             part = memoryview(chunk)[self.size - pos :]
             self._wait()  # in order, and one chunk held at most
             if self._beside is not None and isinstance(chunk, bytes):  # immutable: safe later
-                self._beside.put(self.h.update, part)
+                self._beside.put(self._update, part)
             else:
-                self.h.update(part)
+                self._update(part)
             self.size = end
 
     def _wait(self) -> None:
@@ -55,7 +114,10 @@ class _Hasher:
     def beside(self) -> Iterator[_Hasher]:
         """Hash in a thread while the block reads; the thread ends with the block, which
         waits for the last update (enter it before, and leave it after, the threads that
-        read: every feed happens inside it)."""
+        read: every feed happens inside it). No thread where every algorithm is fast."""
+        if not any(a.beside for a in self.algs):
+            yield self
+            return
         self._beside = updates = _Updates()
         try:
             yield self
@@ -66,11 +128,19 @@ class _Hasher:
         self._beside = None
         updates.close()  # after the last update (raises what an update raised)
 
-    def of_file(self, src: Any, upto: int) -> str | None:
-        """Hash the first ``upto`` bytes of the log source ``src`` (opened with this hasher,
-        so its reads feed it); None if the file is shorter or cannot be read."""
+    def of_file(self, src: Any, upto: int, like: str) -> str | None:
+        """The digest of the first ``upto`` bytes of the log source ``src`` (opened with this
+        hasher, so its reads feed it) in the algorithm of the stored digest ``like``, to
+        compare with it; None if the file is shorter or cannot be read, or the algorithm is
+        unknown. Hashed from byte 0 again if this hasher does not compute that algorithm.
+        After it the hasher computes CURRENT alone (a grown log's record is written so)."""
         from forensics.hosts import ReadIncomplete
 
+        alg = algorithm(like)
+        if alg is None:
+            return None
+        if alg not in self.algs:
+            self.reset(like)
         # the next read while this chunk is hashed, when there are chunks to overlap: a
         # thread per file cost more than it overlapped (1,000 unchanged small logs: a
         # thread started and joined for each)
@@ -81,7 +151,9 @@ class _Hasher:
                     pass
         except (ReadIncomplete, InputNotFound, OSError):
             return None
-        return self.hexdigest() if self.size == upto else None
+        digest = self.digest(alg) if self.size == upto else None
+        self.hs, self.algs = [self.hs[self.algs.index(CURRENT)]], (CURRENT,)
+        return digest
 
 
 class _Updates:

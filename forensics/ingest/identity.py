@@ -114,7 +114,7 @@ def continues(rec: dict[str, Any], src: Any, hasher: Any, head_hash: str) -> boo
         and src.stat.size >= size
         and head_len <= len(src.head)
         and rec.get("head_hash") == hashlib.sha1(src.head[:head_len]).hexdigest()
-        and hasher.of_file(src, size) == rec["content_hash"]
+        and hasher.of_file(src, size, like=rec["content_hash"]) == rec["content_hash"]
     )
     hasher.reset()
     return bool(ok)

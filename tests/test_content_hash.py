@@ -1,0 +1,102 @@
+"""The content hash (issue 15, "The content hash and the wire, eleventh stop"): xxh3_128 is
+written, and a store written before it (bare sha1 digests, fixtures/stores/v4-sha1) keeps
+working: its unchanged logs stay unchanged (nothing added, nothing lost), a changed one is
+still seen, and a log it holds that grew, or was renamed and grew, resumes where it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import xxhash
+
+import forensics.ingest.hashing as hashing
+from forensics.ingest import ingest
+from forensics.store import Store
+from tests.conftest import FIXTURES, ROOT
+from tests.test_store_shared import _place, _rows
+
+SHA1_LOGS = "/tmp/forensics-fixture-sha1"  # where fixtures/stores/v4-sha1 read its logs
+
+
+def _xxh3(data: bytes) -> str:
+    return "xxh3_128:" + xxhash.xxh3_128(data).hexdigest()
+
+
+def _placed(name: str, data: bytes, mtime: float) -> str:
+    path = f"{SHA1_LOGS}/{name}"
+    _place(path, data)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_a_store_of_sha1_digests_keeps_its_unchanged_logs_and_sees_the_changed_ones(tmp_path):
+    home = tmp_path / "old"
+    shutil.copytree(ROOT / "fixtures" / "stores" / "v4-sha1", home)
+    home.chmod(0o700)
+    old = json.loads((home / "manifest.json").read_text())["sources"]
+    rec = {os.path.basename(r["path"]): (sid, r) for sid, r in old.items()}
+
+    def _mtime(name: str) -> float:
+        return rec[name + ".log"][1]["mtime"]
+
+    assert all(len(r["content_hash"]) == 40 for _, r in rec.values())  # bare sha1 hex
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    rewritten = bytearray((FIXTURES / "sglang_baseline.log").read_bytes())
+    at = rewritten.index(b"gen throughput (token/s): ") + len(b"gen throughput (token/s): ")
+    rewritten[at : at + 1] = b"9" if rewritten[at : at + 1] != b"9" else b"8"
+    paths = [
+        _placed("same.log", (FIXTURES / "sglang_two_launches.log").read_bytes(), _mtime("same")),
+        # the same size and mtime as stored, one byte other: only the content hash tells
+        _placed("rewrite.log", bytes(rewritten), _mtime("rewrite")),
+        _placed("grows.log", full, 1796200100),
+    ]
+    assert os.path.getsize(paths[1]) == rec["rewrite.log"][1]["size"]
+
+    out = ingest(Store.open(home), paths)
+    got = {os.path.basename(f.path): f for f in out.files}
+    assert {n: f.status for n, f in got.items()} == {
+        "same.log": "unchanged",
+        "rewrite.log": "rewritten",
+        "grows.log": "grown",
+    }
+    assert got["grows.log"].bytes_parsed == len(full) - rec["grows.log"][1]["offset"]
+    new = json.loads((home / "manifest.json").read_text())["sources"]
+    assert new[rec["same.log"][0]] == rec["same.log"][1]  # not rewritten: its sha1 kept
+    assert new[rec["rewrite.log"][0]]["content_hash"] == _xxh3(bytes(rewritten))
+    assert new[rec["grows.log"][0]]["content_hash"] == _xxh3(full)
+    # each source holds what a clean ingest of the files holds: nothing twice, nothing lost
+    clean = Store.open(tmp_path / "clean")
+    ingest(clean, paths)
+    st = Store.open(home)
+    for sid, _ in rec.values():
+        assert _rows(st, sid) == _rows(clean, sid)
+    assert sorted(st.sources()) == sorted(clean.sources())
+
+    again = ingest(Store.open(home), paths)  # the new digests and the kept sha1 alike
+    assert [f.status for f in again.files] == ["unchanged"] * 3
+
+
+def test_a_log_stored_with_a_sha1_then_renamed_and_grown_continues(tmp_path, monkeypatch):
+    full = (FIXTURES / "sglang_eagle3_cg_5dt.log").read_bytes()
+    cut = full.index(b"\n", len(full) // 2) + 1
+    a, c = tmp_path / "a.log", tmp_path / "c.log"
+    a.write_bytes(full[:cut])
+    store = Store.open(tmp_path / "store")
+    monkeypatch.setattr(hashing, "CURRENT", hashing.HASHES["sha1"])  # the release before
+    [first] = ingest(store, [str(a)]).files
+    monkeypatch.undo()
+    assert len(store.sources()[first.source_id]["content_hash"]) == 40
+    a.rename(c)
+    with open(c, "ab") as f:
+        f.write(full[cut:])
+    out = ingest(Store.open(tmp_path / "store"), [str(c)])
+    [f] = out.files
+    assert (f.status, f.source_id, f.bytes_parsed) == ("grown", first.source_id, len(full) - cut)
+    assert any("renamed and grown since" in w for w in out.warnings)
+    st = Store.open(tmp_path / "store")
+    assert st.sources()[f.source_id]["content_hash"] == _xxh3(full)
+    clean = Store.open(tmp_path / "clean")
+    [whole] = ingest(clean, [str(c)]).files
+    assert _rows(st, f.source_id) == _rows(clean, whole.source_id)
