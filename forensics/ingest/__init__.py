@@ -10,10 +10,10 @@ the ``states`` table (read only when the log has grown):
   the saved state;
 * rewritten or truncated (anything else)  -> its rows are dropped and it is re-parsed.
 
-The content hash (xxh3_128 of the file's bytes; an older store's sha1, compared as such) is the one cache key of a source: the verdict
-cache of ``runs`` is keyed on it too, so every view agrees after a rewrite that kept the size
-and mtime. The same file reached twice (a hard link: same device and inode) is ingested once;
-the store's own files are never ingested as logs.
+The content hash (xxh3_128 of the file's bytes; an older store's sha1, compared as such) is
+the one cache key of a source: the verdict cache of ``runs`` is keyed on it too, so every view
+agrees after a rewrite that kept the size and mtime. The same file reached twice (a hard link:
+same device and inode) is ingested once; the store's own files are never ingested as logs.
 
 Rows of complete lines are immutable rows of the source. The run summaries (``<sid>~runs``),
 the records of an unfinished last line (``<sid>~tail``) and the resume state (``<sid>~state``)
