@@ -48,7 +48,7 @@ def _states_out(raw: dict[str, Any]) -> None:
     # (one row per log, read only by ingest when the log has grown) and lets a part hold the
     # rows of several logs (``shared``). The states move out under ``legacy_states`` here
     # (in memory); the next write stores them in the states table and drops them from the
-    # manifest (forensics/store/transaction.py, Transaction._settle).
+    # manifest (forensics/store/transaction.py, Transaction.settle).
     legacy = raw.get("legacy_states")
     legacy = dict(legacy) if isinstance(legacy, dict) else {}
     for sid, rec in (raw.get("sources") or {}).items():

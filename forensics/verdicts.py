@@ -15,6 +15,7 @@ show a run's explanation and evidence without loading the model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
@@ -24,7 +25,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from forensics.classifier.stored import Written
-    from forensics.store import Store
+    from forensics.store import Store, Transaction
 
 TABLE = "verdicts"
 STORED_KEY = "stored"  # rows written here (classify_runs' own cache rows carry its key)
@@ -45,6 +46,7 @@ def refresh(
     done_meta: str | None = None,
     written: Written | None = None,
     ready: dict[str, dict[str, Any]] | None = None,
+    into: Transaction | None = None,
 ) -> int:
     """Classify the runs of ``source_ids`` (None: every run) and store their verdicts, whole
     (explanation, evidence and next steps too, so diagnose needs no model). Returns how many
@@ -54,7 +56,9 @@ def refresh(
     ``written``: what the ingest kept of the parts it wrote (classifier.stored.Written): the
     runs of the sources it covers are read from there, not from the store. ``ready``: per
     source id, the verdicts an ingest worker computed (``computed``): stored as they are
-    where they are the ones computed here would be (``_accepted``), else computed here."""
+    where they are the ones computed here would be (``_accepted``), else computed here.
+    ``into``: an open transaction the verdicts are added to, ``store`` being its ``view``
+    (an ingest's: its rows and their verdicts in one commit); else they are committed here."""
     from forensics.classifier import VERDICT_SCHEMA, load_model
     from forensics.classifier.labels import _labels_for
     from forensics.runs import run_keys
@@ -62,7 +66,8 @@ def refresh(
     runs = run_keys(store, source_ids)
     if runs.is_empty():
         if done_meta is not None:
-            store.set_meta(done_meta, None)
+            with _writing(store, into) as tx:
+                tx.set_meta(done_meta, None)
         return 0
     model = load_model(store)
     # read once: inside the transaction each read of them parses the manifest again
@@ -70,7 +75,7 @@ def refresh(
     done = _accepted(ready, runs, model, sources, labels) if ready else {}
     rest = runs.filter(~pl.col("source_id").is_in(list(done))) if done else runs
     held = written.covers(store, rest["source_id"].unique()) if written is not None else set()
-    with store.transaction() as tx:
+    with _writing(store, into) as tx:
         tx.drop_rows(TABLE, ~pl.col("run_id").is_in(runs["run_id"].to_list()))
         if done:  # in the order of the runs (source id, run index), as computed here
             rows = [row for sid in sorted(done) for row in done[sid]]
@@ -82,6 +87,16 @@ def refresh(
         if done_meta is not None:
             tx.set_meta(done_meta, None)
     return len(runs)
+
+
+@contextlib.contextmanager
+def _writing(store: Store, into: Transaction | None) -> Iterator[Transaction]:
+    """``into`` (committed by its owner), else a transaction of ``store`` committed here."""
+    if into is not None:
+        yield into
+        return
+    with store.transaction() as tx:
+        yield tx
 
 
 def _classified(

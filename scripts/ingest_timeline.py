@@ -30,7 +30,10 @@ STEPS = (
     ("forensics.ingest.file", "_parse", None),
     ("forensics.ingest.batch", "_Batch", "commit"),
     ("forensics.ingest.batch", "_Batch", "join_warming"),
-    ("forensics.ingest.batch", "_verdicts", None),
+    ("forensics.ingest.batch", "_Batch", "_add_verdicts"),
+    ("forensics.store.transaction", "Transaction", "settle"),
+    ("forensics.ingest.batch", "verdict_step", None),
+    ("forensics.store.transaction", "Transaction", "commit"),
 )
 
 

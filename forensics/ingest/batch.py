@@ -4,23 +4,32 @@ benchmark results files beside the logs."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import ForensicsError, InputNotFound, UsageError, release_interrupted
+from forensics.errors import (
+    ForensicsError,
+    InputNotFound,
+    UsageError,
+    interrupt_inside,
+    release_interrupted,
+)
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
-from forensics.ingest.inputs import expand_inputs
+from forensics.ingest.inputs import check_pattern, expand_inputs
 from forensics.ingest.outcome import (
     CHANGED,
     VERDICTS_PENDING,
     FileOutcome,
     IngestSummary,
     _skip,
+    raise_if_nothing,
 )
+from forensics.ingest.verdict_step import verdict_step
 from forensics.store import Store
 
 if TYPE_CHECKING:
@@ -29,14 +38,6 @@ if TYPE_CHECKING:
 BATCH_FILES = 500  # files per store commit ...
 BATCH_SECONDS = 5.0  # ... or seconds of work, whichever comes first ...
 COMMIT_SHARE = 0.1  # ... but commits (a manifest rewrite, O(sources)) take at most ~10 %
-
-
-# A file with no line of SGLang's nor of a launch (signatures.NOT_SGLANG's ``every`` row) is
-# stored (a launch's log it may still be, and the user asked for it) and named in a warning.
-NOT_SGLANG_WARNING = (
-    "no line of SGLang's nor of a launch (not an SGLang server log): stored as an "
-    "unrecognised run, with no phase (`forensics runs` shows —, signature not_sglang)"
-)
 
 
 def ingest(
@@ -60,7 +61,7 @@ def ingest(
     one_arena()  # before the ingest's threads start (forensics/ingest/heap.py)
     t0 = time.monotonic()
     summary = IngestSummary()
-    _check_pattern(name_pattern)
+    check_pattern(name_pattern)
     importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
     try:
         files = _files(inputs, recursive, trust_new_host, run, summary)
@@ -82,12 +83,13 @@ def ingest(
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
         batch.drain(summary)
-        batch.commit()
         # the verdict of a run changes with its log: classify what changed, once, here, so
-        # reading commands only read (forensics.verdicts)
-        batch.join_warming()
-        if store.get_meta(VERDICTS_PENDING):  # this ingest's batches, or an interrupted one's
-            _verdicts(store, summary, batch, left_unverdicted)
+        # reading commands only read (forensics.verdicts); in the last commit, with the rows
+        due = functools.partial(verdict_step, store, summary, batch, left_unverdicted)
+        batch.commit(verdicts=due)
+        if store.get_meta(VERDICTS_PENDING):  # not in that commit (none was open, an error)
+            batch.join_warming()
+            due()
     except KeyboardInterrupt as exc:
         summary.interrupted = True
         # the same Ctrl-C may raise twice ("One Ctrl-C, two KeyboardInterrupts" in
@@ -110,32 +112,8 @@ def ingest(
         batch.join_warming()  # no thread outlives the ingest
         importing.join()
     summary.seconds = time.monotonic() - t0
-    _raise_if_nothing(summary, results_errors[0] if results_errors else None)
+    raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
-
-
-def _verdicts(store: Store, summary: IngestSummary, batch: _Batch, left_unverdicted: bool) -> None:
-    """The verdicts of the runs whose logs changed (and of those an interrupted ingest left
-    without one): those a worker computed (``batch.verdicts``) are stored as they are; the
-    runs this ingest parsed are read from what it kept of the parts it wrote
-    (``batch.written``), the others from the store."""
-    from forensics.verdicts import refresh, unverdicted
-
-    changed = {f.source_id for f in summary.files if f.status in CHANGED}
-    if left_unverdicted:  # scan the store only then, not at every ingest
-        changed |= unverdicted(store)
-    unplaced: set[str] = set()
-    refresh(
-        store,
-        changed,
-        unplaced=unplaced,
-        done_meta=VERDICTS_PENDING,
-        written=batch.written,
-        ready=batch.verdicts,
-    )
-    summary.warnings += [
-        f"{f.path}: {NOT_SGLANG_WARNING}" for f in summary.files if f.source_id in unplaced
-    ]
 
 
 def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
@@ -196,20 +174,6 @@ def _expect_streams(files: list[tuple[Any, str]], jobs: int) -> None:
         expect = getattr(host, "expect_streams", None)
         if expect is not None:
             expect(n, at_once=jobs)
-
-
-def _check_pattern(name_pattern: str | None) -> None:
-    if not name_pattern:
-        return
-    import re
-
-    try:
-        re.compile(name_pattern)
-    except re.error as exc:
-        raise UsageError(
-            f"--name-pattern {name_pattern!r}: not a regular expression ({exc})",
-            hint="e.g. '(?P<num_steps>\\d+)step'",
-        ) from exc
 
 
 def _files(
@@ -275,18 +239,6 @@ def _ingest_files(
                 results_errors.append(err)
         else:  # a log: listed by the batch itself, as soon as it is in the transaction
             batch.run(host, path, summary, name_pattern, report)
-
-
-def _raise_if_nothing(summary: IngestSummary, results_error: ForensicsError | None) -> None:
-    """Nothing could be ingested at all: the one-line error, not a summary."""
-    if results_error is not None and all(f.status == "failed" for f in summary.files):
-        raise results_error
-    if summary.refused and len(summary.refused) == len(summary.files) and not summary.interrupted:
-        # P19: nothing could be read at all -> that file's own error (missing or unreadable
-        # exit 3; not a regular file, a bad path or not a log exit 2), as for a single input
-        first = summary.refused[0]
-        more = f" (and {len(summary.refused) - 1} more)" if len(summary.refused) > 1 else ""
-        raise type(first)(first.message + more, hint=first.hint)
 
 
 class _Batch:
@@ -524,12 +476,17 @@ class _Batch:
             cut[0].rollback(cut[1])
         self._cut = None
 
-    def commit(self) -> None:
+    def commit(self, verdicts: Callable[[Any], None] | None = None) -> None:
+        """Commit the open transaction. ``verdicts``: the ingest's verdict step, given the
+        transaction, for its last commit: the verdicts due (VERDICTS_PENDING) are added to it
+        (``_add_verdicts``) and committed with the rows."""
         self._roll_back_cut()  # a file cut short, whose rollback a second interrupt stopped
         if self.tx is None:
             return
         if any(f.status in CHANGED for f in self.files):
             self.tx.set_meta(VERDICTS_PENDING, True)
+        if verdicts is not None and self.tx.man.meta.get(VERDICTS_PENDING):
+            self._add_verdicts(verdicts)
         cm, tx, self._cm, self.tx = self._cm, self.tx, None, None
         files, self.files = self.files, []
         t0 = time.monotonic()
@@ -544,6 +501,30 @@ class _Batch:
             raise
         for f in files:
             f.committed = f.status not in ("skipped", "failed")
+
+    def _add_verdicts(self, verdicts: Callable[[Any], None]) -> None:
+        """The transaction settled (its last parts written: a failure aborts it, as the
+        commit's own settle does), then ``verdicts`` adds to it what it reads through its
+        view, under a savepoint: interrupted (Ctrl-C, SIGTERM), the commit of ingest's
+        handler rolls them back and keeps the rows with the marker; an error (a part it
+        cannot read inside the write: the store's own reads set a bad one aside) rolls them
+        back here, and ingest's verdict step runs after the commit, as without a batch."""
+        tx = self.tx
+        try:
+            tx.settle()
+        except BaseException as exc:
+            cm, self._cm, self.tx, self.files = self._cm, None, None, []
+            cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self.join_warming()
+        self._cut = (tx, tx.savepoint())
+        try:
+            verdicts(tx)
+        except Exception as exc:  # noqa: BLE001 - the verdict step after the commit reports it
+            if interrupt_inside(exc):  # an interrupt Python wrapped: as an interrupt
+                raise
+            self._roll_back_cut()
+        self._cut = None
 
     def close_after_error(self) -> None:
         """An error in one file: keep the files finished before it, if the store lets us."""

@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
-from forensics.errors import BadPath, FileMissing, ForensicsError, InputNotFound, PermissionDenied
+from forensics.errors import (
+    BadPath,
+    FileMissing,
+    ForensicsError,
+    InputNotFound,
+    PermissionDenied,
+    UsageError,
+)
 from forensics.logsource import COMPRESSED_SUFFIXES
 
 # What a folder given to ingest contributes (files named one by one, or by a glob of your own,
@@ -153,3 +160,17 @@ def _logs_in(host: Any, folder: str, recursive: bool) -> list[str]:
         for p in found
         if not skip.intersection(PurePosixPath(p[len(base) :]).parts[:-1]) and not host.is_dir(p)
     )
+
+
+def check_pattern(name_pattern: str | None) -> None:
+    if not name_pattern:
+        return
+    import re
+
+    try:
+        re.compile(name_pattern)
+    except re.error as exc:
+        raise UsageError(
+            f"--name-pattern {name_pattern!r}: not a regular expression ({exc})",
+            hint="e.g. '(?P<num_steps>\\d+)step'",
+        ) from exc

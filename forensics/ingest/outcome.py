@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
 # manifest meta key: set by the commit of a batch with CHANGED files, cleared by the verdict
-# step that follows it; still set at the next ingest, that ingest's verdict step first stores
+# step (in the ingest's last commit, or in one after it); still set at the next ingest, that ingest's verdict step first stores
 # the verdicts an interrupted one left out (forensics.verdicts.unverdicted). Kept here, not in
 # forensics.verdicts, so an unchanged re-ingest imports no polars to check it.
 VERDICTS_PENDING = "verdicts_pending"
@@ -150,3 +150,15 @@ def exit_code_for(summary: IngestSummary) -> int:
     """0, or 4 (partial) when some files failed or were skipped for a reason other than empty."""
     bad = [f for f in summary.files if f.status in ("failed",)]
     return EXIT_PARTIAL if bad else 0
+
+
+def raise_if_nothing(summary: IngestSummary, results_error: ForensicsError | None) -> None:
+    """Nothing could be ingested at all: the one-line error, not a summary."""
+    if results_error is not None and all(f.status == "failed" for f in summary.files):
+        raise results_error
+    if summary.refused and len(summary.refused) == len(summary.files) and not summary.interrupted:
+        # P19: nothing could be read at all -> that file's own error (missing or unreadable
+        # exit 3; not a regular file, a bad path or not a log exit 2), as for a single input
+        first = summary.refused[0]
+        more = f" (and {len(summary.refused) - 1} more)" if len(summary.refused) > 1 else ""
+        raise type(first)(first.message + more, hint=first.hint)

@@ -77,17 +77,15 @@ class Store:
     def __init__(self, root: Path):
         self.root = Path(root)
         self._cache: dict[str, pl.DataFrame] = {}
-        self._by_source: dict[
-            Any, dict[Any, pl.DataFrame]
-        ] = {}  # table (, reduce) -> source -> rows
+        # table (, reduce) -> source -> rows
+        self._by_source: dict[Any, dict[Any, pl.DataFrame]] = {}
         self._cache_gen = -1
         self._lock_depth = 0  # > 0 while this process holds the store lock
         self._locked: tuple[int, int] | None = None  # (dev, inode) of the lock file held
         # the last manifest read, and the (inode, mtime, size) of the file it was read from
         self._man: Manifest | None = None
         self._man_key: tuple[int, int, int] | None = None
-        # What a read had to set aside (C03); the CLI prints these as warnings.
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # what a read had to set aside (C03), to print
 
     # -- opening -----------------------------------------------------------------------
     @classmethod
@@ -270,7 +268,7 @@ class Store:
                 f"{tdir}: the table folder is a symlink (refused: it could point anywhere)",
                 hint=REPAIR_HINT,
             )
-        parts = [tdir / p for p in man.tables.get(name, [])]
+        parts = [self._part_file(name, p) for p in man.tables.get(name, [])]
         frames = []
         for p in parts:
             try:
@@ -294,6 +292,9 @@ class Store:
         df = pl.concat(frames, how="diagonal_relaxed") if frames else _empty(name)
         self._cache[name] = df
         return df
+
+    def _part_file(self, table: str, part: str) -> Path:  # a TransactionView's: its new ones too
+        return self.root / "tables" / table / part
 
     def source_rows(
         self,
@@ -378,7 +379,7 @@ class Store:
         names = man.tables.get(name, [])
         if sources is not None:  # and the parts tied to no source, which may hold any
             names = [p for p in names if not (held := man.part_sources(p)) or held & want]
-        parts = [tdir / p for p in names]
+        parts = [self._part_file(name, p) for p in names]
         if not parts:  # no rows yet: the summary of none, over the declared columns
             return pick(_empty(name).lazy()).collect()
         try:

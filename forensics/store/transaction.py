@@ -31,7 +31,7 @@ STAGE_BYTES = 4 << 20  # ... or staged bytes (polars' estimate): 400,000 lines o
 # zstd level of the parts: 1 writes the decode rows of a 100 MB log in ~0.11 s CPU against
 # ~0.14 s at polars' default (3), for ~25 % larger parts (8.7 MB against 7.0 MB)
 PART_ZSTD_LEVEL = 1
-FLUSH_THREADS = 4  # parts written at once when a commit writes what is staged (_settle)
+FLUSH_THREADS = 4  # parts written at once when a commit writes what is staged (settle)
 DROP_MERGE_BYTES = 16 << 20  # drop_rows: parts under this are merged, up to this a part
 
 
@@ -80,6 +80,7 @@ class _Point:
     records: dict[str, Any]
     legacy: dict[str, Any]
     dirty: bool
+    meta: dict[str, Any]
 
 
 class Transaction:
@@ -324,8 +325,8 @@ class Transaction:
         if merge:
             self.append(table, pl.concat(merge, how="diagonal_relaxed"))
 
-    def _settle(self) -> None:
-        """Before a commit: the legacy resume states (migration 4) and what is staged are
+    def settle(self) -> None:
+        """Before a commit (or before ``view``): the legacy resume states (migration 4) and what is staged are
         written, and shared parts that lost keys are rewritten without their rows."""
         import json
 
@@ -367,11 +368,13 @@ class Transaction:
             {sid: self.man.sources.get(sid) for sid in source_ids},
             {sid: self.man.legacy_states.get(sid) for sid in source_ids},
             self.dirty,
+            dict(self.man.meta),
         )
 
     def rollback(self, point: _Point) -> None:
         """Undo what was done for the point's sources since ``savepoint``: their parts are
-        removed, their rows leave the staged rows and the shared parts written since."""
+        removed, their rows leave the staged rows and the shared parts written since; the
+        meta is the point's (an ingest's verdicts, undone: its pending-verdicts marker)."""
         shared_since = []
         for table, name, tmp in self._new[point.new :]:
             if name in self.man.shared:  # holds the rows of files before this one too
@@ -397,6 +400,7 @@ class Transaction:
                 mine = {k for k in self.man.shared[name] if _base(k) == sid}
                 if mine:
                     self._drop_keys.setdefault((table, name), set()).update(mine)
+        self.man.meta = dict(point.meta)
         self._index = None  # rebuilt on the next use
         self.dirty = point.dirty or bool(shared_since)
 
@@ -411,6 +415,30 @@ class Transaction:
     def set_meta(self, key: str, value: Any) -> None:
         self.man.meta[key] = value
         self.dirty = True
+
+    # -- reading what it will commit ------------------------------------------------------
+    def view(self) -> Store:
+        """The store as this transaction would commit it now, to read before the commit (an
+        ingest's verdicts, stored in its own commit): ``settle`` first, staged rows are in no
+        part yet. Read-only (forensics/store/view.py)."""
+        from forensics.store.view import TransactionView
+
+        return TransactionView(self)
+
+    def planned(self) -> tuple[Manifest, dict[tuple[str, str], Path]]:
+        """The manifest ``commit`` would write now (a copy: its parts listed as commit lists
+        them, the rest shared with this transaction's) and the file of each part it adds, at
+        its temporary name until then."""
+        import copy
+
+        man = copy.copy(self.man)
+        tables = {t: list(ps) for t, ps in self.man.tables.items()}
+        for table, name, _ in self._new:
+            tables.setdefault(table, []).append(name)
+        man.tables = {
+            t: [p for p in ps if (t, p) not in self._drop_parts] for t, ps in tables.items()
+        }
+        return man, {(t, n): tmp for t, n, tmp in self._new}
 
     # -- ending --------------------------------------------------------------------------
     def abort(self) -> None:
@@ -436,7 +464,7 @@ class Transaction:
             return  # nothing changed: the manifest stays as it is (a read-only store too)
         try:
             self.store.check_still_here()
-            self._settle()
+            self.settle()
         except BaseException:
             self.abort()  # a part it could not write (full disk): none of this commit stays
             raise
