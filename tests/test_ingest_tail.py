@@ -1,0 +1,138 @@
+"""The tail of one ingest (issue 15): the verdicts of the runs an ingest changed are stored in
+the commit of their rows (one manifest write), read through a view of the open transaction;
+an error or an interrupt in that step leaves the rows committed with the pending-verdicts
+marker, as an ingest stopped between its commit and a verdict step of its own did."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+import forensics.verdicts as verdicts
+from forensics.ingest import ingest
+from forensics.ingest.outcome import VERDICTS_PENDING
+from forensics.store import Store
+from tests.conftest import FIXTURES
+
+LOG = FIXTURES / "sglang_eagle3_cg_5dt.log"
+
+
+def _manifest(store: Store) -> dict:
+    return json.loads((store.root / "manifest.json").read_text())
+
+
+def _verdict_files(store: Store) -> list[str]:
+    folder = store.root / "tables" / verdicts.TABLE
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _into_fails(monkeypatch, exc: BaseException) -> list[bool]:
+    """refresh raises ``exc`` after adding its verdicts to an ingest's transaction; -> one
+    entry per call, True where it was given one."""
+    calls: list[bool] = []
+    real = verdicts.refresh
+
+    def refresh(store, source_ids=None, **kw):
+        calls.append(kw.get("into") is not None)
+        n = real(store, source_ids, **kw)
+        if kw.get("into") is not None:
+            raise exc
+        return n
+
+    monkeypatch.setattr(verdicts, "refresh", refresh)
+    return calls
+
+
+def test_a_new_logs_rows_and_verdicts_are_one_commit(tmp_path):
+    store = Store.open(tmp_path / "st")
+    assert ingest(store, [str(LOG)]).files[0].status == "new"
+    man = _manifest(store)
+    assert man["generation"] == 1  # was 2: the rows' commit, then the verdicts'
+    assert man["meta"].get(VERDICTS_PENDING) is None
+    assert verdicts.unverdicted(Store.open(tmp_path / "st")) == set()
+    assert len(_verdict_files(store)) == 1
+
+
+def test_an_error_in_the_verdicts_of_the_commit_keeps_the_rows_and_stores_them_after(
+    tmp_path, monkeypatch
+):
+    calls = _into_fails(monkeypatch, RuntimeError("boom"))
+    store = Store.open(tmp_path / "st")
+    summary = ingest(store, [str(LOG)])
+    assert summary.files[0].committed and not summary.interrupted
+    assert calls == [True, False]  # in the commit (undone), then on its own after it
+    man = _manifest(store)
+    assert man["generation"] == 2 and man["meta"].get(VERDICTS_PENDING) is None
+    assert verdicts.unverdicted(Store.open(tmp_path / "st")) == set()
+    assert len(_verdict_files(store)) == 1  # the undone verdicts' part left nothing behind
+
+
+def test_an_interrupt_in_the_verdicts_of_the_commit_keeps_the_rows_and_the_marker(
+    tmp_path, monkeypatch
+):
+    """A Ctrl-C or SIGTERM there: the rows are committed without the verdicts it was adding
+    (no part of them left in the store's folder), the marker set; the next ingest of the
+    same, unchanged, log stores them."""
+    _into_fails(monkeypatch, KeyboardInterrupt())
+    store = Store.open(tmp_path / "st")
+    summary = ingest(store, [str(LOG)])
+    assert summary.interrupted and summary.files[0].committed
+    fresh = Store.open(tmp_path / "st")
+    assert not fresh.table("runs").is_empty()
+    assert fresh.table(verdicts.TABLE).is_empty()
+    assert _manifest(store)["meta"].get(VERDICTS_PENDING) is True
+    assert _verdict_files(store) == []
+    monkeypatch.undo()
+    assert ingest(Store.open(tmp_path / "st"), [str(LOG)]).files[0].status == "unchanged"
+    assert verdicts.unverdicted(Store.open(tmp_path / "st")) == set()
+    assert _manifest(store)["meta"].get(VERDICTS_PENDING) is None
+
+
+def test_a_transactions_view_reads_what_it_would_commit(tmp_path):
+    """Its new parts (at their temporary names), not the parts it drops, the sources it set;
+    writing through it is refused."""
+    store = Store.open(tmp_path / "st")
+    with store.transaction() as tx:
+        tx.append("labels", _labels("a:0"), source_id="")
+    with store.transaction() as tx:
+        tx.drop_rows("labels", pl.lit(False))  # keep none
+        tx.append("labels", _labels("b:0"), source_id="")
+        tx.set_source("b", {"path": "/x/b.log"})
+        tx.settle()
+        view = tx.view()
+        assert view.table("labels")["run_id"].to_list() == ["b:0"]
+        assert view.reduced("labels", None)["run_id"].to_list() == ["b:0"]
+        assert "b" in view.sources()
+        assert Store.open(tmp_path / "st").table("labels")["run_id"].to_list() == ["a:0"]
+        with pytest.raises(RuntimeError):
+            view.transaction()
+    assert Store.open(tmp_path / "st").table("labels")["run_id"].to_list() == ["b:0"]
+
+
+def test_a_rollback_restores_the_meta(tmp_path):
+    store = Store.open(tmp_path / "st")
+    with store.transaction() as tx:
+        tx.set_meta(VERDICTS_PENDING, True)
+        point = tx.savepoint()
+        tx.set_meta(VERDICTS_PENDING, None)
+        tx.rollback(point)
+    assert _manifest(store)["meta"].get(VERDICTS_PENDING) is True
+
+
+def _labels(run_id: str) -> pl.DataFrame:
+    import datetime as dt
+
+    from forensics.tables import LABEL_SCHEMA
+
+    sid, ri = run_id.split(":")
+    row = {
+        "run_id": run_id,
+        "source_id": sid,
+        "run_index": int(ri),
+        "name": sid,
+        "phase": "serving",
+        "labeled_at": dt.datetime(2026, 1, 1),
+    }
+    return pl.DataFrame([row], schema=LABEL_SCHEMA)
