@@ -90,6 +90,29 @@ def test_an_interrupt_in_the_verdicts_of_the_commit_keeps_the_rows_and_the_marke
     assert _manifest(store)["meta"].get(VERDICTS_PENDING) is None
 
 
+def test_the_rows_an_ingest_redacts_at_its_commit_are_redacted_in_the_committing_thread(
+    tmp_path, monkeypatch
+):
+    """polars compiles a regex once per thread that uses it: the runs rows of the last commit
+    are redacted in the thread that commits, not in a flush thread, so its verdicts, written
+    after in that thread, find the redaction's patterns compiled."""
+    import threading
+
+    import forensics.tables as tables
+
+    seen: list[tuple[str, str]] = []
+    real = tables._redacted
+
+    def redacted(df: pl.DataFrame) -> pl.DataFrame:
+        seen.append((threading.current_thread().name, ",".join(df.columns)))
+        return real(df)
+
+    monkeypatch.setattr(tables, "_redacted", redacted)
+    ingest(Store.open(tmp_path / "st"), [str(LOG)])
+    assert len(seen) == 2  # the runs rows, the verdicts
+    assert {name for name, _ in seen} == {threading.main_thread().name}
+
+
 def test_a_transactions_view_reads_what_it_would_commit(tmp_path):
     """Its new parts (at their temporary names), not the parts it drops, the sources it set;
     writing through it is refused."""

@@ -144,20 +144,43 @@ class Transaction:
         """Write every staged group, FLUSH_THREADS parts at once (polars writes without the
         GIL): at commit the last part of each table is written, and the verdict step and the
         end of the ingest wait for them (issue 15). The parts are listed in the order of the
-        groups, as one at a time would list them."""
-        from concurrent.futures import ThreadPoolExecutor
+        groups, as one at a time would list them.
+
+        The rows of a redacted table (forensics/tables.py: an ingest's runs) are checked in
+        this thread, while the pool writes the others: polars compiles a regex once per
+        thread that uses it (the redaction's two, ~5 ms each), so once here, and not again
+        for what this thread writes next (the ingest's verdicts, the same commit)."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        from forensics.tables import TABLES, conform
 
         taken = [(g, items) for g in list(self._staged) if (items := self._take(g))]
         if not taken:
             return
 
-        def write(group: tuple[str, str], items: list) -> tuple[str, Path]:
-            return self._write_file(group[0], _union(items), SHARED + group[1])
+        def write(group: tuple[str, str], items: list, rows: Any = None) -> tuple[str, Path]:
+            done = rows is not None  # checked and redacted here already
+            rows = _union(items) if rows is None else rows
+            return self._write_file(group[0], rows, SHARED + group[1], conformed=done)
 
+        here = [(g, items) for g, items in taken if getattr(TABLES.get(g[0]), "redact", False)]
+        mine = {g for g, _ in here}
+        jobs: dict[tuple[str, str], Future] = {}
         with ThreadPoolExecutor(min(FLUSH_THREADS, len(taken)), "forensics-flush") as pool:
-            jobs = [pool.submit(write, group, items) for group, items in taken]
+            for group, items in taken:
+                if group not in mine:
+                    jobs[group] = pool.submit(write, group, items)
+            for group, items in here:
+                try:
+                    rows = conform(group[0], _union(items))
+                except Exception as exc:  # noqa: BLE001 - as a write's error, below
+                    jobs[group] = Future()
+                    jobs[group].set_exception(exc)
+                    continue
+                jobs[group] = pool.submit(write, group, items, rows)
         first: BaseException | None = None
-        for (group, items), job in zip(taken, jobs, strict=True):
+        for group, items in taken:
+            job = jobs[group]
             if job.exception() is not None:  # the parts that were written are listed to abort
                 first = first or job.exception()
                 continue
@@ -184,12 +207,14 @@ class Transaction:
         self.dirty = True
         return name
 
-    def _write_file(self, table: str, df: pl.DataFrame, prefix: str) -> tuple[str, Path]:
+    def _write_file(
+        self, table: str, df: pl.DataFrame, prefix: str, conformed: bool = False
+    ) -> tuple[str, Path]:
         """A new part of ``table`` written as ``<name>.tmp`` (its fsync started, on_write told);
-        -> (name, tmp path)."""
+        -> (name, tmp path). ``conformed``: ``df`` went through tables.conform already."""
         from forensics.tables import conform
 
-        df = conform(table, df)
+        df = df if conformed else conform(table, df)
         tdir = self.store.root / "tables" / table
         name = f"{prefix}-g{self.man.generation + 1}-{uuid.uuid4().hex[:12]}.parquet"
         tmp = tdir / (name + ".tmp")
