@@ -99,8 +99,10 @@ def ingest_cmd(
     vllm bench serve --save-result, AIPerf's profile_export_aiperf.json; each result
     joins the run it measured (docs/bench.md, "Importing results").
     """
+    from forensics import output
     from forensics.ingest import exit_code_for, ingest
 
+    output.EXIT_AT_ONCE = True  # no thread outlives ingest, its files are closed when it returns
     store = get_store(ctx)
     bar, progress = _progress_bar() if not as_json and sys.stderr.isatty() else (None, None)
     with bar if bar is not None else contextlib.nullcontext():

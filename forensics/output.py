@@ -64,6 +64,10 @@ TARGET_KINDS: dict[str, str | None] = {
 # a FIFO (or device) whose reader takes no byte for this long is an error, not a hang
 STALL_S = 30.0
 
+# set by a command whose every file is closed when it returns (ingest): the entry point ends
+# the process at once then, without the interpreter's teardown (forensics.entry._exit_at_once)
+EXIT_AT_ONCE = False
+
 STD_FDS = {1: "stdout", 2: "stderr"}  # written through the fd, never renamed over
 
 _MODE_KINDS = (

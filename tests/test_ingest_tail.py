@@ -159,3 +159,36 @@ def _labels(run_id: str) -> pl.DataFrame:
         "labeled_at": dt.datetime(2026, 1, 1),
     }
     return pl.DataFrame([row], schema=LABEL_SCHEMA)
+
+
+_EXIT_PROBE = """
+import atexit, os, sys
+say = os.write
+def finalizing(event, args):  # the interpreter's teardown begins
+    if event == "cpython.PyInterpreterState_Clear":
+        say(2, b"teardown ran\\n")
+sys.addaudithook(finalizing)
+atexit.register(lambda: print("atexit ran"))
+from forensics.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["ingest", "runs"])
+def test_ingest_ends_without_the_interpreters_teardown(tmp_path, command):
+    """After ingest the process ends at once (os._exit): the atexit handlers ran, stdout is
+    whole, the status is the command's; the interpreter's teardown (its objects freed one by
+    one) does not run. Other commands end as before."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    args = [command, str(LOG)] if command == "ingest" else [command, "--json"]
+    p = subprocess.run(
+        [sys.executable, "-c", _EXIT_PROBE, *args], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith("atexit ran")
+    assert ("Ingested 1 file(s)" in p.stdout) == (command == "ingest")
+    assert ("teardown ran" in p.stderr) == (command != "ingest")
