@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 CHANGED = ("new", "grown", "rewritten")  # outcomes whose runs get new verdicts
 # manifest meta key: set by the commit of a batch with CHANGED files, cleared by the verdict
-# step (in the ingest's last commit, or in one after it); still set at the next ingest, that ingest's verdict step first stores
-# the verdicts an interrupted one left out (forensics.verdicts.unverdicted). Kept here, not in
-# forensics.verdicts, so an unchanged re-ingest imports no polars to check it.
+# step (in the ingest's last commit, or in one after it); still set at the next ingest, that
+# ingest's verdict step first stores the verdicts an interrupted one left out
+# (forensics.verdicts.unverdicted). Kept here, not in forensics.verdicts, so an unchanged
+# re-ingest imports no polars to check it.
 VERDICTS_PENDING = "verdicts_pending"
 
 

@@ -351,8 +351,8 @@ class Transaction:
             self.append(table, pl.concat(merge, how="diagonal_relaxed"))
 
     def settle(self) -> None:
-        """Before a commit (or before ``view``): the legacy resume states (migration 4) and what is staged are
-        written, and shared parts that lost keys are rewritten without their rows."""
+        """Before a commit (or a ``view``): the legacy resume states (migration 4) and what is
+        staged are written, and shared parts that lost keys are rewritten without their rows."""
         import json
 
         import polars as pl
