@@ -29,6 +29,12 @@ STEPS = (
     ("forensics.ingest.batch", "_Batch", "commit"),
     ("forensics.ingest.batch", "_Batch", "join_warming"),
     ("forensics.ingest.batch", "_verdicts", None),
+    # a parallel ingest's (several big logs): the inputs, each file's opening, its worker
+    ("forensics.ingest.batch", "_files", None),
+    ("forensics.ingest.batch", "_prepare", None),
+    ("forensics.ingest.pool", "_Worker", "__init__"),
+    ("forensics.ingest.pool", "Pool", "submit"),
+    ("forensics.ingest.batch", "_Batch", "_adopt"),
 )
 
 

@@ -194,9 +194,12 @@ def _open(
             hint="rename the file (forensics classify reads it as it is)",
         )
         return _skip(out, summary, "bad-path", exc.message.split(": ", 1)[-1], exc)
-    hasher = _Hasher()
+    ahead = batch.ahead if batch is not None else None  # a parallel ingest's (ingest/ahead.py)
     try:
-        src = open_log(host, path, where=path, hasher=hasher)
+        if ahead is not None:
+            src, hasher = ahead.take(host, path, batch.workers_ahead)
+        else:
+            src, hasher = _log_source(host, path)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
         return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
@@ -217,6 +220,12 @@ def _open(
     if same:
         return _skip(out, summary, *same)
     return _Opened(out, src, hasher, dev, head_hash)
+
+
+def _log_source(host: Any, path: str) -> tuple[Any, _Hasher]:
+    """``path`` opened through the log source, its reads feeding a new content hash."""
+    hasher = _Hasher()
+    return open_log(host, path, where=path, hasher=hasher), hasher
 
 
 def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, Any] | None] | None:
