@@ -17,7 +17,19 @@ import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
 from tests.conftest import FIXTURES
-from tests.test_ingest_parallel import _big_log, _same_store
+from tests.test_ingest_parallel import _big_log, _children, _same_store
+
+
+def _workers() -> set[int]:
+    """This process's ingest workers (forensics.ingest.pool._Worker)."""
+    found = set()
+    for pid in _children(os.getpid()):
+        try:
+            if b"_worker_entry" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
 
 
 def _no_thread_left() -> bool:
@@ -26,7 +38,9 @@ def _no_thread_left() -> bool:
 
 def test_the_logs_of_several_hosts_are_opened_at_once(sshd_server, tmp_path, monkeypatch):
     """Two hosts' logs: both opened at the same time (one after the other before: each
-    opening is a few round trips, and the Nth host's bytes came after N of them)."""
+    opening is a few round trips, and the Nth host's bytes came after N of them), and the
+    workers started before the hosts connect (they import the parser meanwhile); small
+    logs parsed here, the workers are gone at the end."""
     from forensics import hosts
 
     log = tmp_path / "a.log"
@@ -53,12 +67,23 @@ def test_the_logs_of_several_hosts_are_opened_at_once(sshd_server, tmp_path, mon
             with lock:
                 active[0] -= 1
 
+    workers_at_connect: list[int] = []
+    connect = hosts.SSHHost.connect
+
+    def counted(self):
+        workers_at_connect.append(len(_workers()))
+        connect(self)
+
     monkeypatch.setattr(ingest_file, "open_log", spy)
+    monkeypatch.setattr(hosts.SSHHost, "connect", counted)
     s = ingest(Store.open(tmp_path / "home"), [f"h0:{log}", f"h1:{log}"], jobs=2)
     hosts.close_all()
     assert [f.status for f in s.files] == ["new", "new"]
     assert most[0] == 2, "the two hosts' logs were opened one after the other"
+    assert workers_at_connect and min(workers_at_connect) == 2, workers_at_connect
     assert _no_thread_left()
+    assert not _workers()
+    assert not list((tmp_path / "home" / "staging").glob("*"))
 
 
 def test_a_log_that_cannot_be_opened_ahead_is_skipped_in_its_turn(tmp_path):
@@ -89,12 +114,12 @@ def test_workers_start_for_the_logs_opened_ahead(tmp_path, monkeypatch):
 
     real_take = ahead.OpenAhead.take
 
-    def take(self, host, path, waiting):
+    def take(self, host, path):
         if path == logs[0]:  # every log opened before the first is taken
             deadline = time.monotonic() + 60
             while len(self.opened()) < len(logs) and time.monotonic() < deadline:
                 time.sleep(0.01)
-        return real_take(self, host, path, waiting)
+        return real_take(self, host, path)
 
     def submit(self, job, *a):
         opened_when.append(len(self.workers))
@@ -143,7 +168,7 @@ def test_open_ahead_keeps_within_its_window(tmp_path, n):
         p = tmp_path / f"{i}.log"
         p.write_text(f"line {i}\n")
         files.append((local, str(p)))
-    ahead = OpenAhead(files, n)
+    ahead = OpenAhead(files, None, n)
     try:
         deadline = time.monotonic() + 30
         while len(ahead.opened()) < n and time.monotonic() < deadline:
@@ -151,7 +176,7 @@ def test_open_ahead_keeps_within_its_window(tmp_path, n):
         time.sleep(0.2)
         assert len(ahead.opened()) == n
         for host, path in files:
-            src, hasher = ahead.take(host, path, lambda: None)
+            src, hasher = ahead.take(host, path)
             assert src.path == path and src.head == Path(path).read_bytes()
             assert hasher.size == len(src.head)
             assert len(ahead.opened()) <= n + 1  # the one taken, and the window past it

@@ -15,7 +15,7 @@ opened ahead is a stat and ``HEAD_BYTES``: nothing is held open, nothing is writ
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 JOIN_SECONDS = 5.0  # an opening stuck on its host at the ingest's end (bounded there by its
@@ -24,12 +24,14 @@ JOIN_SECONDS = 5.0  # an opening stuck on its host at the ingest's end (bounded 
 
 class OpenAhead:
     """The logs ``files`` ((host, path), in input order) opened by a thread per host,
-    ``window`` ahead of the last one taken."""
+    ``window`` (the batch's jobs) ahead of the last one taken; ``batch``: the ingest's
+    ``_Batch``, whose pool starts a worker for each log opened that one will parse."""
 
-    def __init__(self, files: list[tuple[Any, str]], window: int):
+    def __init__(self, files: list[tuple[Any, str]], batch: Any, window: int | None = None):
         self.files = files
+        self.batch = batch
         self._at = {(h.name, p): i for i, (h, p) in enumerate(files)}
-        self._window = max(1, window)
+        self._window = max(1, window or batch.jobs)
         self._done: dict[int, tuple[bool, Any]] = {}  # i -> (opened, (src, hasher) or error)
         self._taken = 0  # the next log to take: those before it were taken
         self._stop = False
@@ -68,10 +70,10 @@ class OpenAhead:
                 self._done[i] = got
                 self._cond.notify_all()
 
-    def take(self, host: Any, path: str, waiting: Callable[[], None]) -> tuple[Any, Any]:
+    def take(self, host: Any, path: str) -> tuple[Any, Any]:
         """(the log source, its hasher) of ``path``, opened ahead (or now, if it is none of
-        ``files``), its error raised here; ``waiting()`` is called while it is not opened
-        yet, and once it is."""
+        ``files``), its error raised here; meanwhile, a worker starts for each log opened
+        that one will parse (``start_workers``)."""
         from forensics.ingest.file import _log_source
 
         i = self._at.get((host.name, path))
@@ -81,7 +83,7 @@ class OpenAhead:
             self._taken = max(self._taken, i + 1)
             self._cond.notify_all()
         while True:
-            waiting()
+            start_workers(self)
             with self._cond:
                 if i in self._done:
                     opened, got = self._done[i]
@@ -107,6 +109,50 @@ class OpenAhead:
         for thread in self._threads:
             if thread.is_alive() or thread.ident is not None:
                 thread.join(JOIN_SECONDS)
+
+
+def start_workers(ahead: OpenAhead) -> None:
+    """(the main process, while a log is taken) A worker started for each log opened that a
+    worker is likely to parse (``wanted``): it imports the parser meanwhile."""
+    from forensics.ingest.pool import Pool
+
+    batch = ahead.batch
+    n = wanted(ahead, batch.tx.man.sources) if batch is not None else 0
+    if n and batch.pool is None:
+        batch.pool = Pool.of_store(batch.store.root, batch.jobs)
+    if n:
+        batch.pool.prestart(n)
+
+
+def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
+    """Two remote inputs or more (a parallel ingest, unless one names no file): the pool of
+    the ingest (forensics.ingest.pool.Pool), a worker per remote input started now (``jobs``
+    at most), so that they import the parser while the hosts connect and their logs are
+    opened (~0.3 s: they waited for it after). None otherwise. One never given a file is
+    killed at the end (it only imported)."""
+    from forensics.hosts import is_remote
+
+    n = sum(1 for text in inputs if is_remote(text))
+    if n < 2 or jobs == 1:
+        return None
+    from forensics.ingest.pool import Pool, default_jobs
+
+    pool = Pool.of_store(root, jobs or default_jobs())
+    try:
+        pool.prestart(min(n, pool.jobs))
+    except BaseException:
+        drop_pool(pool)
+        raise
+    return pool
+
+
+def drop_pool(pool: Any) -> None:
+    """A pool of ``early_pool`` no file was given to: its workers stopped, its folder gone."""
+    if pool is not None:
+        from forensics.store.staging import remove_staging
+
+        pool.close()
+        remove_staging(pool.staging)
 
 
 def wanted(ahead: OpenAhead, records: dict[str, Any]) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError, InputNotFound, UsageError, release_interrupted
+from forensics.ingest.ahead import OpenAhead, drop_pool, early_pool
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import expand_inputs
@@ -62,10 +63,12 @@ def ingest(
     summary = IngestSummary()
     _check_pattern(name_pattern)
     importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
+    early = early_pool(store.root, inputs, jobs)  # workers that import while hosts connect
     try:
         files = _files(inputs, recursive, trust_new_host, run, summary)
     except BaseException:
         importing.join()
+        drop_pool(early)
         raise
     logs = sum(1 for _, p in files if not is_results_file(p))
     if logs > 1 and not jobs:
@@ -78,6 +81,7 @@ def ingest(
     # this ingest's own commits set it again)
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
     batch = _Batch(store, lock_timeout, jobs)
+    batch.pool = early if jobs > 1 else drop_pool(early)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
@@ -256,9 +260,7 @@ def _ingest_files(
 
     index: RunIndex | None = None
     if batch.jobs > 1:  # the logs opened ahead of their turn, a thread per host
-        from forensics.ingest.ahead import OpenAhead
-
-        batch.ahead = OpenAhead([f for f in files if not is_results_file(f[1])], batch.jobs)
+        batch.ahead = OpenAhead([f for f in files if not is_results_file(f[1])], batch)
     for i, (host, path) in enumerate(files):
         report = None
         if progress:
@@ -491,18 +493,6 @@ class _Batch:
     def drain(self, summary: IngestSummary) -> None:
         """Wait for every file given to a worker and adopt it."""
         self.adopt(summary, block=True)
-
-    def workers_ahead(self) -> None:
-        """(while a log is taken from ``ahead``) A worker started for each log opened that
-        a worker is likely to parse: it imports the parser meanwhile (ingest/ahead.py)."""
-        from forensics.ingest.ahead import wanted
-        from forensics.ingest.pool import Pool
-
-        n = wanted(self.ahead, self.tx.man.sources)
-        if n and self.pool is None:
-            self.pool = Pool.of_store(self.store.root, self.jobs)
-        if n:
-            self.pool.prestart(n)
 
     def stop_pool(self) -> list[FileOutcome]:
         """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted

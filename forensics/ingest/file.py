@@ -197,7 +197,7 @@ def _open(
     ahead = batch.ahead if batch is not None else None  # a parallel ingest's (ingest/ahead.py)
     try:
         if ahead is not None:
-            src, hasher = ahead.take(host, path, batch.workers_ahead)
+            src, hasher = ahead.take(host, path)
         else:
             src, hasher = _log_source(host, path)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:

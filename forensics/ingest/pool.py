@@ -275,6 +275,7 @@ class _Worker:
             theirs.close()
         self.conn = Connection(ours.detach())
         self.job: Job | None = None
+        self.used = False  # given a file (else, started ahead, it only imported: killed)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -322,7 +323,7 @@ class Pool:
             "staging": str(self.staging),
             "store": str(self.store) if self.store is not None else None,
         }
-        w.job, job.worker = job, w
+        w.job, job.worker, w.used = job, w, True
         try:
             w.conn.send(spec)
         except OSError:  # it died before its first file: the feeder sees it too
@@ -374,12 +375,12 @@ class Pool:
         """Stop every worker: idle ones are told to, busy ones terminated; none outlives
         the ingest."""
         for w in self.workers:
-            if w.job is None:
+            if w.job is None and w.used:
                 try:
                     w.conn.send(STOP)
                 except OSError:
                     pass
-            else:
+            else:  # busy, or started ahead and never given a file (no part of it anywhere)
                 w.proc.kill()  # it ignores SIGTERM
         for w in self.workers:
             _stop(w)
