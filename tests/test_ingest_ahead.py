@@ -70,7 +70,10 @@ def test_the_logs_of_several_hosts_are_opened_at_once(sshd_server, tmp_path, mon
     workers_at_connect: list[int] = []
     connect = hosts.SSHHost.connect
 
-    def counted(self):
+    def counted(self):  # the workers come while this host connects (in a thread: wait)
+        deadline = time.monotonic() + 30
+        while len(_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
         workers_at_connect.append(len(_workers()))
         connect(self)
 

@@ -139,7 +139,7 @@ def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
 
     pool = Pool.of_store(root, jobs or default_jobs())
     try:
-        pool.prestart(min(n, pool.jobs))
+        pool.prestart_beside(min(n, pool.jobs))  # in a thread: the hosts connect meanwhile
     except BaseException:
         drop_pool(pool)
         raise

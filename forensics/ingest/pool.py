@@ -33,6 +33,7 @@ the end of its pipe and exits.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -291,6 +292,7 @@ class Pool:
         self.store = store  # the store's folder: a worker's verdicts use its model
         self._threads = threads
         self.workers: list[_Worker] = []
+        self._spawning: threading.Thread | None = None  # prestart_beside's
 
     @classmethod
     def of_store(cls, root: Path, jobs: int) -> Pool:
@@ -303,13 +305,33 @@ class Pool:
 
     def prestart(self, idle: int) -> None:
         """Workers started now, ``jobs`` at most, until ``idle`` of them wait for a file."""
+        self._joined()
         self.workers = [w for w in self.workers if w.job is not None or w.alive()]
         while len(self.workers) < self.jobs and sum(w.job is None for w in self.workers) < idle:
             self.workers.append(_Worker(self._threads))
 
+    def prestart_beside(self, idle: int) -> None:
+        """``prestart`` in a thread: the caller goes on (connects its hosts) while the
+        workers are spawned (~5 ms each, more on a busy machine). Every other method
+        waits for that thread first."""
+
+        def spawn() -> None:
+            with contextlib.suppress(Exception):  # a worker it could not start: on demand
+                self.prestart(idle)
+
+        self._spawning = threading.Thread(target=spawn, name="forensics-spawn", daemon=True)
+        self._spawning.start()
+
+    def _joined(self) -> None:
+        spawning = self._spawning
+        if spawning is not None and spawning is not threading.current_thread():
+            spawning.join()
+            self._spawning = None
+
     def submit(self, job: Job, name_pattern: str | None) -> None:
         """Give ``job`` to an idle worker (started if fewer than ``jobs`` run), waiting for one
         to finish its file when all are busy; a feeder thread sends it the file's bytes."""
+        self._joined()
         w = self._idle()
         o = job.opened
         spec = {
@@ -349,6 +371,7 @@ class Pool:
         """Collect the replies of workers that finished a file (at least one if ``block``)."""
         from multiprocessing.connection import wait
 
+        self._joined()
         busy = {w.conn: w for w in self.workers if w.job is not None}
         if not busy:
             return
@@ -372,8 +395,9 @@ class Pool:
                 _stop(w)
 
     def close(self) -> None:
-        """Stop every worker: idle ones are told to, busy ones terminated; none outlives
-        the ingest."""
+        """Stop every worker: idle ones are told to, busy ones and those never given a file
+        killed; none outlives the ingest."""
+        self._joined()
         for w in self.workers:
             if w.job is None and w.used:
                 try:
