@@ -371,7 +371,10 @@ def bench_file(log: Path, env_store: Path, repeat: int = 3, only: tuple[str, ...
 class _Loopback:
     """A loopback sshd (forensics.localsshd) with ``hosts`` host entries, and N copies of a
     log: as hard links (one per host entry: N sources in the store) and as real local files
-    (local hard links would be one file, ingested once)."""
+    (local hard links would be one file, ingested once). Each entry has a known_hosts file
+    of its own, so each is a connection of its own, as N real hosts are (entries that differ
+    only by name share one connection: until the eleventh stop the N "hosts" were N streams
+    of one connection, one SFTP session and one transport thread)."""
 
     def __init__(self, log: Path, store: Path, hosts: int):
         from forensics.localsshd import local_sshd
@@ -380,7 +383,12 @@ class _Loopback:
         d = OUT / "sshd"
         shutil.rmtree(d, ignore_errors=True)
         self.sshd = local_sshd(d)
-        self.toml = "\n".join(self.sshd.toml(f"bench{i}") for i in range(hosts))
+        entries = []
+        for i in range(hosts):
+            known = d / f"known_hosts-{i}"
+            shutil.copyfile(self.sshd.known_hosts, known)
+            entries.append(self.sshd.toml(f"bench{i}", known_hosts=str(known)))
+        self.toml = "\n".join(entries)
         self.copies: list[Path] = []
         self.plain: list[Path] = []
 

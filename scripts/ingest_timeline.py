@@ -34,6 +34,12 @@ STEPS = (
     ("forensics.store.transaction", "Transaction", "settle"),
     ("forensics.ingest.batch", "verdict_step", None),
     ("forensics.store.transaction", "Transaction", "commit"),
+    # a parallel ingest's (several big logs): the inputs, each file's opening, its worker
+    ("forensics.ingest.batch", "_files", None),
+    ("forensics.ingest.batch", "_prepare", None),
+    ("forensics.ingest.pool", "_Worker", "__init__"),
+    ("forensics.ingest.pool", "Pool", "submit"),
+    ("forensics.ingest.batch", "_Batch", "_adopt"),
 )
 
 

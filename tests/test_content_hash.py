@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 
+import pytest
 import xxhash
 
 import forensics.ingest.hashing as hashing
@@ -31,7 +32,9 @@ def _placed(name: str, data: bytes, mtime: float) -> str:
     return path
 
 
-def test_a_store_of_sha1_digests_keeps_its_unchanged_logs_and_sees_the_changed_ones(tmp_path):
+# jobs=2: the logs opened ahead of their turn (forensics/ingest/ahead.py)
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_store_of_sha1_digests_keeps_its_unchanged_logs_and_sees_the_changed_ones(tmp_path, jobs):
     home = tmp_path / "old"
     shutil.copytree(ROOT / "fixtures" / "stores" / "v4-sha1", home)
     home.chmod(0o700)
@@ -54,7 +57,7 @@ def test_a_store_of_sha1_digests_keeps_its_unchanged_logs_and_sees_the_changed_o
     ]
     assert os.path.getsize(paths[1]) == rec["rewrite.log"][1]["size"]
 
-    out = ingest(Store.open(home), paths)
+    out = ingest(Store.open(home), paths, jobs=jobs)
     got = {os.path.basename(f.path): f for f in out.files}
     assert {n: f.status for n, f in got.items()} == {
         "same.log": "unchanged",
@@ -74,7 +77,7 @@ def test_a_store_of_sha1_digests_keeps_its_unchanged_logs_and_sees_the_changed_o
         assert _rows(st, sid) == _rows(clean, sid)
     assert sorted(st.sources()) == sorted(clean.sources())
 
-    again = ingest(Store.open(home), paths)  # the new digests and the kept sha1 alike
+    again = ingest(Store.open(home), paths, jobs=jobs)  # the new digests and the kept sha1 alike
     assert [f.status for f in again.files] == ["unchanged"] * 3
 
 

@@ -30,6 +30,16 @@ CODE = (
     "b.BATCH_SECONDS = 1e9; e.main(sys.argv[1:])"
 )
 
+# prefixed to CODE: the pid of each worker given a file, a line each, appended to a file
+SUBMITTED = (
+    "import forensics.ingest.pool as q\n"
+    "_submit = q.Pool.submit\n"
+    "def submit(self, job, *a):\n"
+    "    _submit(self, job, *a)\n"
+    "    with open({!r}, 'a') as f: f.write(f'{{job.worker.proc.pid}}\\n')\n"
+    "q.Pool.submit = submit\n"
+)
+
 
 def _tables(root: Path) -> dict:
     """Every table of the store, its columns sorted and its rows sorted by all of them."""
@@ -200,11 +210,18 @@ def test_a_worker_that_dies_fails_its_file_alone(tmp_path):
     """A worker killed (as the OOM killer would) while it parses: that file is `failed` with
     one warning line and exit 4; the other files are ingested; the same command ingests it."""
     logs = [_big_log(tmp_path / f"big{i}.log", 4, i) for i in range(3)]
-    home = tmp_path / "st"
-    cmd = [sys.executable, "-c", CODE, "--store", str(home), "ingest", "--jobs", "2", "--json"]
+    home, given = tmp_path / "st", tmp_path / "given"
+    # the worker given the first file is the one killed: workers start ahead of their files
+    # (forensics/ingest/ahead.py), and one killed before it has a file is only replaced
+    code = SUBMITTED.format(str(given)) + CODE
+    cmd = [sys.executable, "-c", code, "--store", str(home), "ingest", "--jobs", "2", "--json"]
     cmd += [str(p) for p in logs]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = min(_wait_for_workers(p))
+    deadline = time.monotonic() + 120
+    while not (given.exists() and given.read_text().endswith("\n")):
+        assert p.poll() is None and time.monotonic() < deadline, "no file given to a worker"
+        time.sleep(0.005)
+    victim = int(given.read_text().split()[0])
     os.kill(victim, signal.SIGKILL)
     out, err = p.communicate(timeout=600)
     assert p.returncode == 4, err

@@ -63,9 +63,14 @@ def connect_all(texts: list[str], *, trust_new_host: bool = False) -> dict[str, 
 
     def one(text: str) -> None:
         try:
-            resolve_location(text, trust_new_host=trust_new_host)
+            host, _ = resolve_location(text, trust_new_host=trust_new_host)
         except Exception as exc:  # noqa: BLE001 - kept for the caller to raise
             errors[text] = exc
+            return
+        # its paths are looked up over SFTP next, one input after the other: the session
+        # (a channel, the subsystem, its version: round trips) opens here, beside the others'
+        with contextlib.suppress(Exception):  # the lookup reports what fails
+            getattr(host, "sftp", lambda: None)()
 
     threads = [
         threading.Thread(target=one, args=(t,), name="forensics-connect", daemon=True)

@@ -18,6 +18,7 @@ from forensics.errors import (
     interrupt_inside,
     release_interrupted,
 )
+from forensics.ingest.ahead import OpenAhead, drop_pool, early_pool
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import check_pattern, expand_inputs
@@ -63,10 +64,12 @@ def ingest(
     summary = IngestSummary()
     check_pattern(name_pattern)
     importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
+    early = early_pool(store.root, inputs, jobs)  # workers that import while hosts connect
     try:
         files = _files(inputs, recursive, trust_new_host, run, summary)
     except BaseException:
         importing.join()
+        drop_pool(early)
         raise
     logs = sum(1 for _, p in files if not is_results_file(p))
     if logs > 1 and not jobs:
@@ -79,6 +82,7 @@ def ingest(
     # this ingest's own commits set it again)
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
     batch = _Batch(store, lock_timeout, jobs)
+    batch.pool = early if jobs > 1 else drop_pool(early)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
@@ -219,6 +223,8 @@ def _ingest_files(
     from forensics.bench_results import RunIndex, is_results_file
 
     index: RunIndex | None = None
+    if batch.jobs > 1:  # the logs opened ahead of their turn, a thread per host
+        batch.ahead = OpenAhead([f for f in files if not is_results_file(f[1])], batch)
     for i, (host, path) in enumerate(files):
         report = None
         if progress:
@@ -263,7 +269,8 @@ class _Batch:
         self.jobs = jobs
         self.pool: Any = None  # forensics.ingest.pool.Pool, started for the first big file
         self.pending: list[Any] = []  # pool.Job in input order, not yet adopted
-        self._deferring: _Deferring | None = None
+        self._deferring: Any = None  # forensics.ingest.pool._Deferring
+        self.ahead: Any = None  # forensics.ingest.ahead.OpenAhead: the logs opened ahead
         self.staging: Path | None = None  # the pool's staging folder, once it is stopped
         self.warming: threading.Thread | None = None  # forensics.verdicts.warm, beside a parse
         # what the verdict step reads of the parts written, kept as they are written (set
@@ -308,8 +315,7 @@ class _Batch:
         """The inode index of the sources committed before this batch (built once: ``tx``
         may be the transaction or its ``_Deferring`` view, one index for both; rebuilt per
         file, it cost O(sources) each, ~5 ms a file at 1,000 unchanged files)."""
-        if isinstance(tx, _Deferring):
-            tx = tx.tx
+        tx = getattr(tx, "tx", tx)  # the transaction of its ``_Deferring`` view
         if self._inodes is None or self._inodes[0] is not tx:
             self._inodes = (tx, _inode_index(tx))
         return self._inodes[1]
@@ -365,7 +371,7 @@ class _Batch:
         for a free one (-> its outcome, True); what _prepare drops is deferred to the file's
         adoption. A big log parsed here (the cores' polars threads) beside the feeds and the
         adoptions was this process's peak RSS (docs/performance.md, tenth stop)."""
-        from forensics.ingest.pool import POOL_MIN_BYTES, Job, Pool
+        from forensics.ingest.pool import POOL_MIN_BYTES, Job, Pool, _Deferring
 
         if self._deferring is None or self._deferring.tx is not self.tx:
             self._deferring = _Deferring(self.tx)
@@ -376,11 +382,7 @@ class _Batch:
             return opened, False
         big = opened.src.stat.size - opened.resume[0] >= POOL_MIN_BYTES
         if big and self.pool is None:  # ``jobs`` workers; this process feeds them
-            from forensics.ingest.pool import default_jobs
-            from forensics.store.staging import new_staging
-
-            jobs, threads = self.jobs, max(1, default_jobs() // self.jobs)
-            self.pool = Pool(jobs, new_staging(self.store.root), threads, store=self.store.root)
+            self.pool = Pool.of_store(self.store.root, self.jobs)
         if not big:
             for key in defer.drops:
                 self.tx.drop_source(key)
@@ -447,6 +449,9 @@ class _Batch:
     def stop_pool(self) -> list[FileOutcome]:
         """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted
         (their parts stay in the staging folder until ``remove_staging``)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            ahead.close()
         if self.pool is None:
             return []
         pool, self.pool = self.pool, None
@@ -532,22 +537,6 @@ class _Batch:
             self.commit()
         except Exception:  # noqa: BLE001 - the first error is the one to report
             pass
-
-
-class _Deferring:
-    """The transaction as ``_prepare`` sees it in a parallel ingest: what it drops (a rewritten
-    file's rows, a grown file's tail) is kept for the file's adoption, so the drop and the new
-    rows enter the same commit."""
-
-    def __init__(self, tx: Any):
-        self.tx = tx
-        self.drops: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tx, name)
-
-    def drop_source(self, key: str) -> None:
-        self.drops.append(key)
 
 
 def _ingest_results(

@@ -196,9 +196,13 @@ def _open(
         return _skip(out, summary, "bad-path", exc.message.split(": ", 1)[-1], exc)
     # fed from the first read: also in the algorithm of the stored digest, where an older
     # store's record holds another (compared like with like, ``_compare``)
-    hasher = _Hasher(like=(tx.man.sources.get(sid) or {}).get("content_hash"))
+    like = (tx.man.sources.get(sid) or {}).get("content_hash")
+    ahead = batch.ahead if batch is not None else None  # a parallel ingest's (ingest/ahead.py)
     try:
-        src = open_log(host, path, where=path, hasher=hasher)
+        if ahead is not None:
+            src, hasher = ahead.take(host, path, like)
+        else:
+            src, hasher = _log_source(host, path, like)
     except (FileMissing, PermissionDenied, NotRegularFile, BadPath, NotALog) as exc:
         return _skip(out, summary, SKIP_FOR[type(exc)], exc.message.split(": ", 1)[-1], exc)
     except OSError as exc:
@@ -219,6 +223,12 @@ def _open(
     if same:
         return _skip(out, summary, *same)
     return _Opened(out, src, hasher, dev, head_hash)
+
+
+def _log_source(host: Any, path: str, like: str | None = None) -> tuple[Any, _Hasher]:
+    """``path`` opened through the log source, its reads feeding a new content hash."""
+    hasher = _Hasher(like=like)
+    return open_log(host, path, where=path, hasher=hasher), hasher
 
 
 def _compare(tx: Any, host: Any, path: str, o: _Opened) -> tuple[int, dict[str, Any] | None] | None:

@@ -78,6 +78,12 @@ class _Hasher:
         self.hs = [a.new() for a in self.algs]
         self.size = 0
 
+    def computes(self, like: str | None) -> bool:
+        """Whether this hasher computes the algorithm of the stored digest ``like`` (True for
+        None, or for an algorithm this version does not know: compared unequal anyway)."""
+        also = algorithm(like) if like else None
+        return also is None or also in self.algs
+
     def digest(self, alg: Hash | None = None) -> str:
         """The digest of the bytes hashed, as stored (``alg``: one this hasher computes;
         CURRENT if None)."""

@@ -33,6 +33,7 @@ the end of its pipe and exits.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -103,7 +104,21 @@ def _worker_entry() -> None:
     for sig in _SIGNALS:  # Ctrl-C, kill, hang-up: the main process's to handle (it stops us)
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start
+    _import_parse()
     _worker_main(Connection(int(sys.argv[1])))
+
+
+def _import_parse() -> None:
+    """What a job runs, imported before the first job comes (~0.3 s of CPU, polars and the
+    rule tables): a worker started ahead (forensics/ingest/ahead.py) imports it while the
+    main process opens the logs. An import that fails raises again in the job, its error."""
+    try:
+        import forensics.classifier.stored  # noqa: F401
+        import forensics.ingest.file  # noqa: F401
+        import forensics.store.transaction  # noqa: F401
+        import forensics_parsers.sglang  # noqa: F401
+    except Exception:  # noqa: BLE001 - reported by the job that needs it
+        pass
 
 
 def _worker_main(conn: Any) -> None:
@@ -261,6 +276,7 @@ class _Worker:
             theirs.close()
         self.conn = Connection(ours.detach())
         self.job: Job | None = None
+        self.used = False  # given a file (else, started ahead, it only imported: killed)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -276,10 +292,46 @@ class Pool:
         self.store = store  # the store's folder: a worker's verdicts use its model
         self._threads = threads
         self.workers: list[_Worker] = []
+        self._spawning: threading.Thread | None = None  # prestart_beside's
+
+    @classmethod
+    def of_store(cls, root: Path, jobs: int) -> Pool:
+        """The pool of an ingest into the store at ``root``: its staging folder made, the
+        cores shared among ``jobs`` workers' polars threads."""
+        from forensics.store.staging import new_staging
+
+        threads = max(1, default_jobs() // jobs)
+        return cls(jobs, new_staging(root), threads, store=root)
+
+    def prestart(self, idle: int) -> None:
+        """Workers started now, ``jobs`` at most, until ``idle`` of them wait for a file."""
+        self._joined()
+        self.workers = [w for w in self.workers if w.job is not None or w.alive()]
+        while len(self.workers) < self.jobs and sum(w.job is None for w in self.workers) < idle:
+            self.workers.append(_Worker(self._threads))
+
+    def prestart_beside(self, idle: int) -> None:
+        """``prestart`` in a thread: the caller goes on (connects its hosts) while the
+        workers are spawned (~5 ms each, more on a busy machine). Every other method
+        waits for that thread first."""
+
+        def spawn() -> None:
+            with contextlib.suppress(Exception):  # a worker it could not start: on demand
+                self.prestart(idle)
+
+        self._spawning = threading.Thread(target=spawn, name="forensics-spawn", daemon=True)
+        self._spawning.start()
+
+    def _joined(self) -> None:
+        spawning = self._spawning
+        if spawning is not None and spawning is not threading.current_thread():
+            spawning.join()
+            self._spawning = None
 
     def submit(self, job: Job, name_pattern: str | None) -> None:
         """Give ``job`` to an idle worker (started if fewer than ``jobs`` run), waiting for one
         to finish its file when all are busy; a feeder thread sends it the file's bytes."""
+        self._joined()
         w = self._idle()
         o = job.opened
         spec = {
@@ -293,7 +345,7 @@ class Pool:
             "staging": str(self.staging),
             "store": str(self.store) if self.store is not None else None,
         }
-        w.job, job.worker = job, w
+        w.job, job.worker, w.used = job, w, True
         try:
             w.conn.send(spec)
         except OSError:  # it died before its first file: the feeder sees it too
@@ -319,6 +371,7 @@ class Pool:
         """Collect the replies of workers that finished a file (at least one if ``block``)."""
         from multiprocessing.connection import wait
 
+        self._joined()
         busy = {w.conn: w for w in self.workers if w.job is not None}
         if not busy:
             return
@@ -342,15 +395,16 @@ class Pool:
                 _stop(w)
 
     def close(self) -> None:
-        """Stop every worker: idle ones are told to, busy ones terminated; none outlives
-        the ingest."""
+        """Stop every worker: idle ones are told to, busy ones and those never given a file
+        killed; none outlives the ingest."""
+        self._joined()
         for w in self.workers:
-            if w.job is None:
+            if w.job is None and w.used:
                 try:
                     w.conn.send(STOP)
                 except OSError:
                     pass
-            else:
+            else:  # busy, or started ahead and never given a file (no part of it anywhere)
                 w.proc.kill()  # it ignores SIGTERM
         for w in self.workers:
             _stop(w)
@@ -413,3 +467,19 @@ def _send(how: Any, what: Any) -> bool:
     except OSError:
         return False
     return True
+
+
+class _Deferring:
+    """The transaction as ``_prepare`` sees it in a parallel ingest: what it drops (a rewritten
+    file's rows, a grown file's tail) is kept for the file's adoption, so the drop and the new
+    rows enter the same commit."""
+
+    def __init__(self, tx: Any):
+        self.tx = tx
+        self.drops: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tx, name)
+
+    def drop_source(self, key: str) -> None:
+        self.drops.append(key)

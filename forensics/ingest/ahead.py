@@ -1,0 +1,176 @@
+"""A parallel ingest's logs opened ahead of their turn (issue 15, eight hosts).
+
+Opening a log (``forensics.logsource.open_log``: its stat and its first bytes) is a few round
+trips over SSH. The main process opened one log after the other, and gave each to a worker
+started only then, which imported the parser (~0.3 s of CPU) before it read a byte: the Nth
+host's bytes were parsed last by the sum of N openings, N spawns and its worker's import.
+
+Here a thread per host opens that host's logs in input order, at most ``window`` (the
+ingest's ``--jobs``) past the one the main process took last, so the logs of N hosts are
+opened at once; the main process takes each (``take``) in its turn, as ``_open`` would have
+opened it, and, while it waits, starts a worker for every log opened that a worker will
+parse (``big``), which then imports the parser while the others are opened and fed. What is
+opened ahead is a stat and ``HEAD_BYTES``: nothing is held open, nothing is written."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+JOIN_SECONDS = 5.0  # an opening stuck on its host at the ingest's end (bounded there by its
+# op timeout) is not waited for longer: its thread only reads
+
+
+class OpenAhead:
+    """The logs ``files`` ((host, path), in input order) opened by a thread per host,
+    ``window`` (the batch's jobs) ahead of the last one taken; ``batch``: the ingest's
+    ``_Batch``, whose pool starts a worker for each log opened that one will parse."""
+
+    def __init__(self, files: list[tuple[Any, str]], batch: Any, window: int | None = None):
+        self.files = files
+        self.batch = batch
+        self._at = {(h.name, p): i for i, (h, p) in enumerate(files)}
+        self._window = max(1, window or batch.jobs)
+        self._done: dict[int, tuple[bool, Any]] = {}  # i -> (opened, (src, hasher) or error)
+        self._taken = 0  # the next log to take: those before it were taken
+        self._stop = False
+        self._cond = threading.Condition()
+        per_host: dict[str, list[int]] = {}
+        for i, (host, _) in enumerate(files):
+            per_host.setdefault(host.name, []).append(i)
+        self._threads: list[threading.Thread] = []
+        try:
+            for order in per_host.values():
+                thread = threading.Thread(
+                    target=self._open_in_turn, args=(order,), name="forensics-open", daemon=True
+                )
+                self._threads.append(thread)  # listed first: a Ctrl-C in start leaves none out
+                thread.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_in_turn(self, order: list[int]) -> None:
+        """(thread) Open this host's logs, each once it is within the window."""
+        from forensics.ingest.file import _log_source
+
+        for i in order:
+            with self._cond:
+                while not self._stop and i >= self._taken + self._window:
+                    self._cond.wait()
+                if self._stop:
+                    return
+            host, path = self.files[i]
+            try:
+                got: tuple[bool, Any] = (True, _log_source(host, path))
+            except BaseException as exc:  # noqa: BLE001 - raised where it is taken, in turn
+                got = (False, exc)
+            with self._cond:
+                self._done[i] = got
+                self._cond.notify_all()
+
+    def take(self, host: Any, path: str, like: str | None = None) -> tuple[Any, Any]:
+        """(the log source, its hasher) of ``path``, opened ahead (or now, if it is none of
+        ``files``, or if the store's digest ``like`` is in an algorithm its hasher does not
+        compute: an older store's record), its error raised here; meanwhile, a worker starts
+        for each log opened that one will parse (``start_workers``)."""
+        from forensics.ingest.file import _log_source
+
+        i = self._at.get((host.name, path))
+        if i is None:
+            return _log_source(host, path, like)
+        with self._cond:
+            self._taken = max(self._taken, i + 1)
+            self._cond.notify_all()
+        while True:
+            start_workers(self)
+            with self._cond:
+                if i in self._done:
+                    opened, got = self._done[i]
+                    for gone in [k for k in self._done if k < i]:  # taken, or left unused
+                        del self._done[gone]
+                    break
+                self._cond.wait(0.5)
+        if not opened:
+            raise got
+        if not got[1].computes(like):  # what is opened ahead holds nothing open: again
+            return _log_source(host, path, like)
+        return got
+
+    def opened(self) -> list[Any]:
+        """The log sources opened and not taken yet, and the one taken last, in input order."""
+        with self._cond:
+            return [got[0] for i, (ok, got) in sorted(self._done.items()) if ok]
+
+    def close(self) -> None:
+        """No more is opened; the threads end (joined, each at most JOIN_SECONDS)."""
+        with self._cond:
+            self._stop = True
+            self._done.clear()
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread.is_alive() or thread.ident is not None:
+                thread.join(JOIN_SECONDS)
+
+
+def start_workers(ahead: OpenAhead) -> None:
+    """(the main process, while a log is taken) A worker started for each log opened that a
+    worker is likely to parse (``wanted``): it imports the parser meanwhile."""
+    from forensics.ingest.pool import Pool
+
+    batch = ahead.batch
+    n = wanted(ahead, batch.tx.man.sources) if batch is not None else 0
+    if n and batch.pool is None:
+        batch.pool = Pool.of_store(batch.store.root, batch.jobs)
+    if n:
+        batch.pool.prestart(n)
+
+
+def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
+    """Two remote inputs or more (a parallel ingest, unless one names no file): the pool of
+    the ingest (forensics.ingest.pool.Pool), a worker per remote input started now (``jobs``
+    at most), so that they import the parser while the hosts connect and their logs are
+    opened (~0.3 s: they waited for it after). None otherwise. One never given a file is
+    killed at the end (it only imported)."""
+    from forensics.hosts import is_remote
+
+    n = sum(1 for text in inputs if is_remote(text))
+    if n < 2 or jobs == 1:
+        return None
+    from forensics.ingest.pool import Pool, default_jobs
+
+    pool = Pool.of_store(root, jobs or default_jobs())
+    try:
+        pool.prestart_beside(min(n, pool.jobs))  # in a thread: the hosts connect meanwhile
+    except BaseException:
+        drop_pool(pool)
+        raise
+    return pool
+
+
+def drop_pool(pool: Any) -> None:
+    """A pool of ``early_pool`` no file was given to: its workers stopped, its folder gone."""
+    if pool is not None:
+        from forensics.store.staging import remove_staging
+
+        pool.close()
+        remove_staging(pool.staging)
+
+
+def wanted(ahead: OpenAhead, records: dict[str, Any]) -> int:
+    """How many of the logs ``ahead.opened()`` a worker is likely to parse: POOL_MIN_BYTES or
+    more past what the store holds of it (``records``: the source records). A guess (what
+    is parsed is ``_compare``'s to decide, in turn): an unchanged log starts no worker."""
+    from forensics.ingest.identity import source_id
+    from forensics.ingest.pool import POOL_MIN_BYTES
+
+    n = 0
+    for src in ahead.opened():
+        st, prev = src.stat, records.get(source_id(src.host.name, src.path)) or {}
+        if prev.get("size") == st.size and prev.get("mtime") == st.mtime:
+            continue
+        grown = prev.get("resume") and st.size >= (prev.get("size") or 0)
+        start = (prev.get("offset") or 0) if grown else 0
+        n += int(st.size - start >= POOL_MIN_BYTES)
+    return n

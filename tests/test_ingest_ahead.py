@@ -1,0 +1,188 @@
+"""A parallel ingest's logs opened ahead of their turn, a thread per host, and its workers
+started (importing the parser) as soon as a log for them is known (forensics/ingest/ahead.py,
+issue 15: 8 hosts should take about as long as the slowest one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import forensics.ingest.file as ingest_file
+import forensics.ingest.pool as pool
+from forensics.ingest import ingest
+from forensics.store import Store
+from tests.conftest import FIXTURES
+from tests.test_ingest_parallel import _big_log, _children, _same_store
+
+
+def _workers() -> set[int]:
+    """This process's ingest workers (forensics.ingest.pool._Worker)."""
+    found = set()
+    for pid in _children(os.getpid()):
+        try:
+            if b"_worker_entry" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _no_thread_left() -> bool:
+    return not [t for t in threading.enumerate() if t.name == "forensics-open"]
+
+
+def test_the_logs_of_several_hosts_are_opened_at_once(sshd_server, tmp_path, monkeypatch):
+    """Two hosts' logs: both opened at the same time (one after the other before: each
+    opening is a few round trips, and the Nth host's bytes came after N of them), and the
+    workers started before the hosts connect (they import the parser meanwhile); small
+    logs parsed here, the workers are gone at the end."""
+    from forensics import hosts
+
+    log = tmp_path / "a.log"
+    shutil.copy(FIXTURES / "sglang_baseline.log", log)
+    other_known = tmp_path / "known_hosts"  # another connection key: another connection
+    shutil.copy(sshd_server.known_hosts, other_known)
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    Path("forensics.toml").write_text(
+        sshd_server.toml("h0") + sshd_server.toml("h1", known_hosts=str(other_known))
+    )
+    hosts.close_all()
+    lock, active, most = threading.Lock(), [0], [0]
+    real = ingest_file.open_log
+
+    def spy(*a, **k):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.5)  # long enough for the other host's opening to start meanwhile
+        try:
+            return real(*a, **k)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    workers_at_connect: list[int] = []
+    connect = hosts.SSHHost.connect
+
+    def counted(self):  # the workers come while this host connects (in a thread: wait)
+        deadline = time.monotonic() + 30
+        while len(_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        workers_at_connect.append(len(_workers()))
+        connect(self)
+
+    monkeypatch.setattr(ingest_file, "open_log", spy)
+    monkeypatch.setattr(hosts.SSHHost, "connect", counted)
+    s = ingest(Store.open(tmp_path / "home"), [f"h0:{log}", f"h1:{log}"], jobs=2)
+    hosts.close_all()
+    assert [f.status for f in s.files] == ["new", "new"]
+    assert most[0] == 2, "the two hosts' logs were opened one after the other"
+    assert workers_at_connect and min(workers_at_connect) == 2, workers_at_connect
+    assert _no_thread_left()
+    assert not _workers()
+    assert not list((tmp_path / "home" / "staging").glob("*"))
+
+
+def test_a_log_that_cannot_be_opened_ahead_is_skipped_in_its_turn(tmp_path):
+    """An opening's error, raised in its thread, is the file's outcome in its turn, as in a
+    serial ingest; the logs around it are stored as a serial ingest stores them."""
+    a = _big_log(tmp_path / "a.log", 0.2, 1)
+    fifo = tmp_path / "fifo.log"
+    os.mkfifo(fifo)
+    b = _big_log(tmp_path / "b.log", 0.2, 2)
+    inputs = [str(a), str(fifo), str(b)]
+    par = ingest(Store.open(tmp_path / "par"), inputs, jobs=2)
+    ser = ingest(Store.open(tmp_path / "ser"), inputs, jobs=1)
+    assert [(f.status, f.reason) for f in par.files] == [(f.status, f.reason) for f in ser.files]
+    assert [f.status for f in par.files] == ["new", "skipped", "new"]
+    assert par.warnings == ser.warnings
+    _same_store(tmp_path / "ser", tmp_path / "par")
+    assert _no_thread_left()
+
+
+def test_workers_start_for_the_logs_opened_ahead(tmp_path, monkeypatch):
+    """Four big logs, ``--jobs 4``: by the first log's submission a worker was started for
+    every big log opened by then, not one per log in its turn (each imports the parser,
+    ~0.3 s of CPU, before it reads a byte); an unchanged re-ingest starts none."""
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 150_000)
+    logs = [str(_big_log(tmp_path / f"l{i}.log", 0.2, i)) for i in range(4)]
+    opened_when, real_take, real_submit = [], None, pool.Pool.submit
+    import forensics.ingest.ahead as ahead
+
+    real_take = ahead.OpenAhead.take
+
+    def take(self, host, path, like=None):
+        if path == logs[0]:  # every log opened before the first is taken
+            deadline = time.monotonic() + 60
+            while len(self.opened()) < len(logs) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return real_take(self, host, path, like)
+
+    def submit(self, job, *a):
+        opened_when.append(len(self.workers))
+        return real_submit(self, job, *a)
+
+    monkeypatch.setattr(ahead.OpenAhead, "take", take)
+    monkeypatch.setattr(pool.Pool, "submit", submit)
+    s = ingest(Store.open(tmp_path / "st"), logs, jobs=4)
+    assert [f.status for f in s.files] == ["new"] * 4
+    assert opened_when[0] == 4, "workers were started one by one, in each log's turn"
+    opened_when.clear()
+    started = []
+    monkeypatch.setattr(pool.Pool, "prestart", lambda self, n: started.append(n))
+    again = ingest(Store.open(tmp_path / "st"), logs, jobs=4)
+    assert [f.status for f in again.files] == ["unchanged"] * 4
+    assert started == [] and opened_when == []
+
+
+def test_a_worker_imports_the_parser_before_its_first_file(tmp_path):
+    """A worker started ahead has polars and the parser loaded while it waits for a file
+    (it imported them only once its first file came)."""
+    w = pool._Worker(1)
+    try:
+        deadline, loaded = time.monotonic() + 120, False
+        while time.monotonic() < deadline and not loaded:
+            maps = Path(f"/proc/{w.proc.pid}/maps").read_text()
+            loaded = "polars" in maps and "_linescan" in maps
+            time.sleep(0.05)
+        assert loaded, "no parser loaded by a worker without a file"
+    finally:
+        w.conn.send(pool.STOP)
+        w.proc.wait(30)
+        w.conn.close()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_open_ahead_keeps_within_its_window(tmp_path, n):
+    """No more than ``window`` logs past the last one taken are opened (a stale stat, held
+    heads), and each is given in its turn with its hasher."""
+    from forensics.hosts import get_host
+    from forensics.ingest.ahead import OpenAhead
+
+    local = get_host("local")
+    files = []
+    for i in range(6):
+        p = tmp_path / f"{i}.log"
+        p.write_text(f"line {i}\n")
+        files.append((local, str(p)))
+    ahead = OpenAhead(files, None, n)
+    try:
+        deadline = time.monotonic() + 30
+        while len(ahead.opened()) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert len(ahead.opened()) == n
+        for host, path in files:
+            src, hasher = ahead.take(host, path)
+            assert src.path == path and src.head == Path(path).read_bytes()
+            assert hasher.size == len(src.head)
+            assert len(ahead.opened()) <= n + 1  # the one taken, and the window past it
+    finally:
+        ahead.close()
+    assert _no_thread_left()
