@@ -127,3 +127,63 @@ def test_a_labeled_log_is_classified_here(tmp_path, monkeypatch):
     mine = _verdicts(store)
     assert mine == _verdicts(first)
     assert mine[sid["labeled.log"] + ":0"]["phase"] == "load"
+
+
+class _Pipe:
+    """A worker's end of its pipe, in this process: one log's bytes, then a plain end."""
+
+    def __init__(self, data: bytes):
+        self.chunks = [data, b""]
+
+    def recv_bytes(self) -> bytes:
+        return self.chunks.pop(0)
+
+    def recv(self):
+        return None
+
+
+def test_a_workers_verdicts_are_computed_while_its_parts_are_fsynced(tmp_path, monkeypatch):
+    """A worker's tail: its last parts written, their fsyncs in flight, the verdicts computed
+    meanwhile (they need only what it kept of its parts), and its answer once every part is
+    on the disk. Here each part's fsync waits (3 s at most) for the verdicts: a worker that
+    computed them only after the fsyncs would leave every fsync to its time-out."""
+    import threading
+    from types import SimpleNamespace
+
+    import forensics.store.durable as durable
+    from forensics.store.staging import new_staging
+
+    log = FIX / "sglang_two_launches.log"
+    store = Store.open(tmp_path / "store")
+    computed, synced, early = threading.Event(), [], []
+    real_fsync, real_verdicts = durable.fsync_path, pool._verdicts
+
+    def fsync(path, *a):
+        if str(path).endswith(".tmp"):  # a part, not a folder
+            early.append(not computed.wait(3))
+            synced.append(str(path))
+        return real_fsync(path, *a)
+
+    def verdicts(*a):
+        try:
+            return real_verdicts(*a)
+        finally:
+            computed.set()
+
+    monkeypatch.setattr(durable, "fsync_path", fsync)
+    monkeypatch.setattr(pool, "_verdicts", verdicts)
+    spec = {
+        "path": str(log),
+        "host": "local",
+        "sid": "local:two",
+        "stat": SimpleNamespace(size=log.stat().st_size, mtime=log.stat().st_mtime),
+        "transformed": False,
+        "resume": (0, None),
+        "name_pattern": None,
+        "staging": str(new_staging(store.root)),
+        "store": str(store.root),
+    }
+    got = pool._run_job(_Pipe(log.read_bytes()), spec)
+    assert got["verdicts"] is not None and got["verdicts"]["rows"]
+    assert got["parts"] and sorted(synced) == sorted(tmp for _, tmp, _, _ in got["parts"])
+    assert early == [False] * len(synced)  # no fsync ended before the verdicts were computed

@@ -169,7 +169,11 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     summary = IngestSummary()
     try:
         parsed = _parse_file(tx, opened, summary, spec["name_pattern"], None)
-        parts = tx.write_staged()
+        parts = tx.write_staged()  # the last parts written, every fsync in flight
+        # the verdicts need only what the worker kept of its parts: computed while the
+        # fsyncs run (the tail of a worker was parse, write, fsync, verdicts: issue 15)
+        verdicts = _verdicts(spec, parts, written, parsed, out) if whole else None
+        tx.staged_durable()  # the main process adopts only parts on the disk
     except BaseException:
         tx.abort()
         raise
@@ -177,7 +181,7 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "parsed": parsed,
         "parts": parts,
         "kept": {name: written.get(table, name) for table, _, _, name in parts},
-        "verdicts": _verdicts(spec, parts, written, parsed, out) if whole else None,
+        "verdicts": verdicts,
         "lines": out.lines,
         "decode_lines": out.decode_lines,
         "reason": out.reason,

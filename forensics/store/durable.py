@@ -61,6 +61,13 @@ class Syncer:
         """A part another process wrote and fsynced (an ingest worker's)."""
         self._jobs[Path(path)] = None
 
+    def start(self, paths: Iterable[Path]) -> None:
+        """The fsync of each of ``paths`` not started yet started now, in a thread (the caller
+        does something else meanwhile; ``files`` waits for them)."""
+        for p in map(Path, paths):
+            if p not in self._jobs:
+                self._jobs[p] = self._submit(fsync_path, p)
+
     def files(self, paths: Iterable[Path]) -> None:
         """Every one of ``paths`` on the disk (those not started yet are started now);
         raises the first OSError once all are done."""

@@ -234,15 +234,21 @@ class Transaction:
 
     # -- parts written by other processes (forensics/ingest/pool.py) ------------------------
     def write_staged(self) -> list[tuple[str, str, list[str], str]]:
-        """Write what is staged; -> (table, tmp path, keys, name here) of every part written.
-        For a transaction over a staging folder (``staging_store``), which is never committed:
-        its parts are adopted by the transaction of the store (``adopt``)."""
+        """Write what is staged, every part's fsync started (none awaited: ``staged_durable``
+        waits for them); -> (table, tmp path, keys, name here) of every part written. For a
+        transaction over a staging folder (``staging_store``), which is never committed: its
+        parts are adopted by the transaction of the store (``adopt``) once durable. Between
+        the two, an ingest worker computes its verdicts (forensics/ingest/pool.py)."""
         self._flush_all()
+        self._sync.start(tmp for _, _, tmp in self._new)
+        return [(t, str(tmp), self.man.shared.get(n, []), n) for t, n, tmp in self._new]
+
+    def staged_durable(self) -> None:
+        """Every part ``write_staged`` wrote on the disk (its fsync's error raised here)."""
         try:
             self._sync.files(tmp for _, _, tmp in self._new)
         finally:
             self._sync.close()
-        return [(t, str(tmp), self.man.shared.get(n, []), n) for t, n, tmp in self._new]
 
     def adopt(self, table: str, tmp: Path, keys: list[str]) -> str:
         """Make a part written elsewhere in the store's folder (``write_staged`` in a worker)
@@ -252,7 +258,7 @@ class Transaction:
         name += ".parquet"
         (self.store.root / "tables" / table).mkdir(parents=True, exist_ok=True)
         self._new.append((table, name, Path(tmp)))
-        self._sync.synced(Path(tmp))  # the worker's write_staged fsynced it
+        self._sync.synced(Path(tmp))  # the worker fsynced it (staged_durable)
         self.man.shared[name] = sorted(keys)
         self._indexed(table, name, keys)
         self.dirty = True
