@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import polars as pl
@@ -89,8 +90,8 @@ def _line_hits(
     kinds = {e.kind for e in errors}
     at = {e.line for e in errors}
     out = []
-    for (li, kind, text), maybe in zip(lines, may, strict=True):
-        if not maybe or kind not in HINT_KINDS or CITED_BY.get(kind) in kinds:
+    for li, kind, text in itertools.compress(lines, may):  # only those that may
+        if kind not in HINT_KINDS or CITED_BY.get(kind) in kinds:
             continue  # a usage dump before the parser's own error line: that one cites
         hits = sigs.match(text, line=li)
         if hits and li not in at:
@@ -117,7 +118,7 @@ def _kept_lines(
         sigs.may_prove(text).alias("_proof"),
     )
     may_prove = rows.filter("_proof").select("line", "text").rows()
-    return list(rows.select("line", "kind", "text").iter_rows()), rows["_may"].to_list(), may_prove
+    return rows.select("line", "kind", "text").rows(), rows["_may"].to_list(), may_prove
 
 
 def _run_end(runs: pl.DataFrame, served_lines: list[tuple[int, str]]) -> tuple[int, Any]:
@@ -216,7 +217,7 @@ def analyze(
         stage_ranks=stage_ranks,
         first_server_line=min(owned) if owned else None,
         proof_lines=proof,
-        harness_end=next((li for li, _, t in lines if sigs.HARNESS_END.search(t.strip())), None),
+        harness_end=sigs.harness_end(lines),
     )
     if not stages and not served_lines:
         a.host_findings = host_evidence(lines)

@@ -45,6 +45,7 @@ from forensics.signatures.proof import (
     CONSEQUENCES,
     HARNESS_END,
     SERVING_PROOF,
+    harness_end,
     may_prove,
     serving_proof,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "noise_kind",
     "SERVING_PROOF",
     "HARNESS_END",
+    "harness_end",
     "serving_proof",
     "may_prove",
     "CONSEQUENCES",

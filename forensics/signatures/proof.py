@@ -44,12 +44,24 @@ SERVING_PROOF: list[dict[str, Any]] = [
 ]
 
 
-_PROOF = [(p["id"], re.compile(p["pattern"]), p["min"]) for p in SERVING_PROOF]
+# (id, compiled pattern, min lines, needs): a pattern is searched only in a line holding one
+# of its ``needs`` (a substring test: the regex searches 9 lines in 10 of a busy log for none)
+_PROOF = [(p["id"], re.compile(p["pattern"]), p["min"], p["needs"]) for p in SERVING_PROOF]
 
 
 # A test harness's closing lines: what follows them (kubectl, a shell, cleanup) is not the
 # server's and never decides.
 HARNESS_END = re.compile(r"^Ran \d+ tests? in [\d.]+s$|^Finished test case \S")
+# literals one of which every line HARNESS_END matches holds (harness_end's sieve)
+HARNESS_END_NEEDS = ("Ran ", "Finished test case ")
+
+
+def harness_end(lines: Iterable[tuple[int, str, str]]) -> int | None:
+    """The first of ``lines`` ((line, kind, text)) that is a harness's closing line."""
+    a, b = HARNESS_END_NEEDS
+    return next(
+        (li for li, _, t in lines if (a in t or b in t) and HARNESS_END.search(t.strip())), None
+    )
 
 
 # every row's literals, one list: a text holding none of them proves nothing
@@ -67,12 +79,23 @@ def serving_proof(lines: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
     """(line, SERVING_PROOF id) of the lines that prove the server answered requests."""
     found: dict[str, list[int]] = {}
     for li, text in lines:
-        for pid, rx, _ in _PROOF:
-            if rx.search(text):
-                found.setdefault(pid, []).append(li)
-                break
-    need = {pid: n for pid, _, n in _PROOF}
+        pid = _proves(text)
+        if pid is not None:
+            found.setdefault(pid, []).append(li)
+    need = {pid: n for pid, _, n, _ in _PROOF}
     return sorted((li, pid) for pid, lis in found.items() if len(lis) >= need[pid] for li in lis)
+
+
+def _proves(text: str) -> str | None:
+    """The id of the first SERVING_PROOF row whose pattern matches ``text`` (searched only
+    where the text holds one of the row's ``needs``), else None."""
+    for pid, rx, _, needs in _PROOF:
+        for lit in needs:  # loops, not any(): a generator per line and row costs more
+            if lit in text:
+                if rx.search(text):
+                    return pid
+                break
+    return None
 
 
 # Lines that only follow a failure (the SIGQUIT chain): never the cause themselves.
