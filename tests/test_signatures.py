@@ -168,3 +168,18 @@ def test_the_proof_sieve_keeps_every_line_a_serving_proof_pattern_matches():
     dropped = [t for t, m in zip(texts, may, strict=True) if not m]
     assert sigs.serving_proof((i, t or "") for i, t in enumerate(dropped)) == []  # ... is kept
     assert len(dropped) > 0.9 * len(texts)  # and it spares nearly every line
+
+
+# Issue 15 (the verdict step): ``harness_end`` searches HARNESS_END only in the lines holding
+# one of HARNESS_END_NEEDS; it must find every line the pattern alone finds.
+def test_harness_end_finds_every_line_its_pattern_matches():
+    from scripts.real_fields import require_corpus
+
+    texts = _lines_of(sorted(require_corpus().glob("*.log")) + sorted(FIXTURES.rglob("*.log")))
+    texts += ["Ran 12 tests in 3.402s", "  Ran 1 test in 0.001s  ", "Finished test case test_a"]
+    lines = [(i, "unknown", t or "") for i, t in enumerate(texts)]
+    ends = [li for li, _, t in lines if sigs.HARNESS_END.search(t.strip())]
+    assert len(ends) >= 3
+    for li in ends:  # the first of the lines from there on is that one
+        assert sigs.harness_end(lines[li:]) == li
+    assert sigs.harness_end(lines[ends[-1] + 1 :]) is None
