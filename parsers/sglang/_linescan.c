@@ -34,6 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h> /* (part of every x86-64: no flag needed) */
+#endif
 
 /* ---- the Arrow C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) */
 struct ArrowSchema {
@@ -423,13 +426,32 @@ typedef struct {
     int set;
 } DateCache;
 
+/* the 8 bytes at p against a mask: where `digit` has 0xff a digit, elsewhere the byte of `lit`
+   (0 where a digit goes). A digit is 0x30..0x39: its high nibble 3, and still 3 after adding 6
+   (no byte carries into the next: all are below 0x40 when the first test holds). Bytewise, so
+   the same on either byte order (the masks are loaded as the bytes are). */
+static inline int word_shape(const char *p, const char *digit, const char *lit) {
+    uint64_t x, dm, l;
+    memcpy(&x, p, 8);
+    memcpy(&dm, digit, 8);
+    memcpy(&l, lit, 8);
+    const uint64_t hi = 0xf0f0f0f0f0f0f0f0ull & dm, three = 0x3030303030303030ull & dm;
+    uint64_t d = x & dm;
+    return (x & ~dm) == l && (d & hi) == three && ((d + (0x0606060606060606ull & dm)) & hi) == three;
+}
+
+/* `[0000-00-00 00:00:00` (0: a digit) at p, 20 bytes: three overlapping words */
+static inline int ts_shape(const char *p) {
+    static const char digit[20] = {0, -1, -1, -1, -1, 0, -1, -1, 0, -1,
+                                   -1, 0, -1, -1, 0, -1, -1, 0, -1, -1};
+    static const char lit[20] = "[\0\0\0\0-\0\0-\0\0 \0\0:\0\0:\0";
+    return word_shape(p, digit, lit) && word_shape(p + 8, digit + 8, lit + 8) &&
+           word_shape(p + 12, digit + 12, lit + 12);
+}
+
 /* `[YYYY-MM-DD HH:MM:SS` at p (20 bytes): a real date and time -> microseconds, else -1 */
 static int read_ts(const char *p, const char *end, int64_t *out, DateCache *dc) {
-    static const char shape[] = "[0000-00-00 00:00:00";
-    if (end - p < 20) return -1;
-    for (int i = 0; i < 20; i++) {
-        if (shape[i] == '0' ? (p[i] < '0' || p[i] > '9') : p[i] != shape[i]) return -1;
-    }
+    if (end - p < 20 || !ts_shape(p)) return -1;
     int h = num2(p + 12), mi = num2(p + 15), s = num2(p + 18);
     if (h > 23 || mi > 59 || s > 59) return -1;
     if (!dc->set || memcmp(dc->date, p + 1, 10) != 0) {
@@ -862,6 +884,17 @@ static int read_bulk(const char *p, const char *end, int64_t line, Table *t, Dat
 static int plain_text(const char *s, Py_ssize_t n) {
     const unsigned char *p = (const unsigned char *)s, *end = p + n;
     while (p < end) {
+#ifdef __SSE2__
+        /* 32 ASCII bytes, none of them NUL, at once (the high bit: movemask; NUL: cmpeq) */
+        const __m128i zero = _mm_setzero_si128();
+        while (end - p >= 32) {
+            __m128i a = _mm_loadu_si128((const __m128i *)p);
+            __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
+            __m128i z = _mm_or_si128(_mm_cmpeq_epi8(a, zero), _mm_cmpeq_epi8(b, zero));
+            if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), z))) break;
+            p += 32;
+        }
+#endif
         uint64_t w; /* eight ASCII bytes, none of them NUL, at once */
         while (end - p >= 8) {
             memcpy(&w, p, 8);
