@@ -552,10 +552,24 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
     uint64_t seen = 0;
     int nf = 0;
     for (;;) {
-        const char *colon = memchr(p, ':', (size_t)(end - p));
-        if (!colon || colon == p || colon + 1 >= end || colon[1] != ' ') return 0;
-        const Key *key = find_key(k, p, (size_t)(colon - p), &hints[nf < MAX_KEYS ? nf : 0]);
-        if (!key) return 0;
+        int *hint = &hints[nf < MAX_KEYS ? nf : 0];
+        const Key *key = NULL;
+        const char *colon;
+        if (*hint >= 0 && *hint < k->nkeys) { /* the key the last line had here, followed by
+                                                 `: ` (no key holds a `:`: it is the first) */
+            const Key *h = &k->keys[*hint];
+            if ((size_t)(end - p) > h->len + 1 && same(h->text, p, h->len) &&
+                p[h->len] == ':' && p[h->len + 1] == ' ')
+                key = h;
+        }
+        if (key) {
+            colon = p + key->len;
+        } else {
+            colon = memchr(p, ':', (size_t)(end - p));
+            if (!colon || colon == p || colon + 1 >= end || colon[1] != ' ') return 0;
+            key = find_key(k, p, (size_t)(colon - p), hint);
+            if (!key) return 0;
+        }
         int id = (int)(key - k->keys);
         if (seen & (1ull << id)) return 0;
         seen |= 1ull << id;
@@ -567,11 +581,11 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
             else if (end - v >= 5 && memcmp(v, "False", 5) == 0) { r->graph = 0; n = 5; }
             else return 0;
         } else if (key->role == K_COL && k->ftype[key->col] != 'f') {
-            n = digits(v, end, k->ftype[key->col] == 'i' ? 9 : 15);
-            if (n <= 0) return 0;
-            int64_t x = 0;
-            for (int i = 0; i < n; i++) x = x * 10 + (v[i] - '0');
-            r->ival[key->col] = x;
+            uint64_t x = 0; /* (unsigned: a long run wraps, and is refused below) */
+            n = 0;
+            while (v + n < end && (unsigned)(v[n] - '0') < 10) x = x * 10 + (unsigned)(v[n++] - '0');
+            if (n <= 0 || n > (k->ftype[key->col] == 'i' ? 9 : 15)) return 0;
+            r->ival[key->col] = (int64_t)x;
             r->has[key->col] = 1;
         } else {
             if (key->role == K_COL) {
@@ -597,11 +611,12 @@ static int read_fields(const Kind *k, const char *p, const char *end, Row *r, in
         }
         nf++;
         p = v + n;
-        const char *q = p;
-        while (q < end && (*q == ',' || *q == ' ')) q++;
-        if (q == end) return 1; /* the end, maybe after a ragged ", " */
-        if (end - p < 3 || p[0] != ',' || p[1] != ' ' || p[2] == ' ' || p[2] == ',') return 0;
-        p += 2;
+        if (end - p >= 3 && p[0] == ',' && p[1] == ' ' && p[2] != ' ' && p[2] != ',') {
+            p += 2; /* `, ` and the next key (the common case, tested first) */
+            continue;
+        }
+        while (p < end && (*p == ',' || *p == ' ')) p++;
+        return p == end; /* the end, maybe after a ragged ", "; else off the layout */
     }
 }
 
@@ -1026,6 +1041,10 @@ static int add_key(Kind *k, PyObject *text, int role, int col) {
     Key *key = &k->keys[k->nkeys];
     key->text = dup_str(text, &key->len);
     if (!key->text) return -1;
+    if (!key->len || memchr(key->text, ':', key->len)) { /* (read_fields' first `:` ends it) */
+        PyErr_SetString(PyExc_ValueError, "_linescan: a key is empty or holds a ':'");
+        return -1;
+    }
     key->role = role;
     key->col = col;
     k->nkeys++;
