@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from datetime import datetime
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -238,3 +241,61 @@ def test_a_float_the_reader_reads_is_the_pure_paths_float(values):
     both(data, 1 << 20)
     got = native.scan(data, 1)
     assert got is None or len(got.decode) + len(got.other) + len(got.bulk) == len(HEAD) + len(lines)
+
+
+GOOD_TS = "[2026-02-25 10:00:01"
+
+
+def _ts_variants() -> list[str]:
+    """The timestamp with one byte changed, at each of its 20 places: to the bytes next to a
+    digit (`/`, `:`), a digit where a separator goes, a space, a letter, a byte with a high
+    nibble of 3 that is no digit (`;`, `?`) or a digit's low nibble under another high one."""
+    out = []
+    for i in range(len(GOOD_TS)):
+        for c in "/:0 a;?\x19\x7fP\x10":
+            if c != GOOD_TS[i]:
+                out.append(GOOD_TS[:i] + c + GOOD_TS[i + 1 :])
+    return out
+
+
+def test_the_word_checks_take_the_lines_the_byte_checks_took():
+    """The timestamp's shape (checked eight bytes at a time), the key the previous line had
+    at a place (checked in place, without looking for its `:`), integers read in one pass: a
+    line the reader types has the pure path's row, and it types the good ones. (Compared row
+    by row: the parser hands a chunk with an odd metrics line to the pure path whole.)"""
+    require_compiled()
+    tail = "] Decode batch, #running-req: 2, #token: 90, token usage: 0.05"
+    lines = [GOOD_TS + " TP0" + tail] * 2 + [t + " TP0" + tail for t in _ts_variants()]
+    keys = ["#token", "#token2", "#tokens", "x#token", "#toke", "#token ", "#token:", "#tokenn"]
+    for key in keys:  # after a line with `#token` at the same place
+        for value in [": 90", ":90", ": ", ":", ": 1234567890", ": 12345678901234567890123"]:
+            for first in ("#running-req: 2, #token: 90", "#running-req: 2, token usage: 0.5"):
+                lines.append(f"{GOOD_TS} TP0] Decode batch, {first}")
+                lines.append(f"{GOOD_TS} TP0] Decode batch, #running-req: 2, {key}{value}")
+    for v in ["2147483647", "2147483648", "99999999999999999999", "18446744073709551617"]:
+        lines.append(f"{GOOD_TS} TP0] Decode batch, #running-req: {v}, #token: {v}")
+    data = ("\n".join(HEAD + lines) + "\n").encode()
+    got = native.scan(data, 1)
+    was = native.ENABLED
+    try:
+        native.ENABLED = False
+        pure, _ = parse(data, 1 << 20, True)
+    finally:
+        native.ENABLED = was
+    assert got is not None and len(got.decode) > 2 + 2 * 6 * len(keys)
+    want = pure.decode.select(got.decode.columns).join(got.decode.select("line"), on="line")
+    assert [_canon(list(r)) for r in got.decode.iter_rows()] == [
+        _canon(list(r)) for r in want.iter_rows()
+    ]
+    variants = range(1 + len(HEAD) + 2, 1 + len(HEAD) + 2 + len(_ts_variants()))
+    typed = got.decode.filter(pl.col("line").is_between(variants[0], variants[-1]))
+    assert len(typed) == sum(map(_real_ts, _ts_variants()))
+
+
+def _real_ts(ts: str) -> bool:
+    if not re.fullmatch(r"\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}", ts):
+        return False
+    try:
+        return datetime.strptime(ts[1:], "%Y-%m-%d %H:%M:%S").year >= 1000
+    except ValueError:
+        return False
