@@ -244,6 +244,27 @@ def test_a_float_the_reader_reads_is_the_pure_paths_float(values):
 
 
 GOOD_TS = "[2026-02-25 10:00:01"
+# floats about the one-pass reader's bound (15 digits in all, the dot not counted)
+FLOATS = [
+    "123456789012345",
+    "1234567890123456",
+    "12345678901234.5",
+    "1234567890123.45",
+    "12345678901234.56",
+    "0.12345678901234",
+    "0.123456789012345",
+    "00000000000000.1",
+    "000000000000000.1",
+    "0.00000000000001234",
+    "9007199254740993",
+    "0.1",
+    "1.",
+    "1..5",
+    "1.5.",
+    "999999999999999.9",
+    "0.30000000000000004",
+    "123456789012345678901234567890",
+]
 
 
 def _ts_variants() -> list[str]:
@@ -274,6 +295,10 @@ def test_the_word_checks_take_the_lines_the_byte_checks_took():
                 lines.append(f"{GOOD_TS} TP0] Decode batch, #running-req: 2, {key}{value}")
     for v in ["2147483647", "2147483648", "99999999999999999999", "18446744073709551617"]:
         lines.append(f"{GOOD_TS} TP0] Decode batch, #running-req: {v}, #token: {v}")
+    for a, b in zip(FLOATS, FLOATS[1:] + FLOATS[:1]):
+        lines.append(
+            f"{GOOD_TS} TP0] Decode batch, token usage: {a}, gen throughput (token/s): {b}"
+        )
     data = ("\n".join(HEAD + lines) + "\n").encode()
     got = native.scan(data, 1)
     was = native.ENABLED

@@ -485,10 +485,11 @@ static int plain_number(const char *p, const char *end) {
  * With at most 15 significant digits the digits are an exact double m, and 10**k (k <= 22)
  * is exact too, so m / 10**k, one IEEE division, is the correctly rounded value (Clinger's
  * fast path); other numbers go through strtod, correctly rounded in glibc. */
-static int read_double(const char *v, const char *end, double *out) {
-    static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int read_double_long(const char *v, const char *end, double *out) {
     int64_t m = 0;
     int ndig = 0, frac = 0;
     const char *p = v;
@@ -520,13 +521,46 @@ static int read_double(const char *v, const char *end, double *out) {
     return whole;
 }
 
+/* the same, in one pass where the number has at most 15 digits in all (the common case: then
+   it has at most 15 significant ones, and read_double_long would divide the same m) */
+static inline int read_double(const char *v, const char *end, double *out) {
+    const char *p = v;
+    uint64_t m = 0;
+    while (p < end && (unsigned)(*p - '0') < 10 && p - v < 16) m = m * 10 + (unsigned)(*p++ - '0');
+    int ki = (int)(p - v), frac = 0;
+    if (ki == 0 || ki > 15) return read_double_long(v, end, out);
+    if (p < end && *p == '.') {
+        const char *f = ++p;
+        while (p < end && (unsigned)(*p - '0') < 10 && ki + (p - f) < 16)
+            m = m * 10 + (unsigned)(*p++ - '0');
+        frac = (int)(p - f);
+        if (frac == 0 || ki + frac > 15) return read_double_long(v, end, out);
+    }
+    *out = (double)m / pow10[frac];
+    return (int)(p - v);
+}
+
 /* the same bytes (a key of a table against the line's) */
+static inline int same_word(const char *a, const char *b) {
+    uint64_t x, y;
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    return x == y;
+}
+
 static inline int same(const char *a, const char *b, size_t n) {
-    for (; n >= 8; a += 8, b += 8, n -= 8) {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y) return 0;
+    if (n >= 8) { /* words, the last one overlapping the one before (no byte loop) */
+        for (size_t i = 0; i + 8 < n; i += 8)
+            if (!same_word(a + i, b + i)) return 0;
+        return same_word(a + n - 8, b + n - 8);
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, w;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&w, b + n - 4, 4);
+        return x == y && u == w;
     }
     while (n--)
         if (*a++ != *b++) return 0;
