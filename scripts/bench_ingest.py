@@ -630,8 +630,8 @@ def render_remote(r: dict) -> list[str]:
         row("`forensics ingest FILE` (local)", "local"),
         *(
             row(
-                f"`forensics ingest{flag}` of {n} hosts (host entries of one sshd, one copy "
-                f"each), {how}",
+                f"`forensics ingest{flag}` of {n} hosts (host entries of one sshd, each its own "
+                f"connection, one copy each), {how}",
                 f"hosts{tag}",
                 f" ({r[f'hosts{tag}_ingest_s'] / r['remote_ingest_s']:.2f} × one host)",
             )
