@@ -34,16 +34,18 @@ ctypes.CDLL(None).malloc_stats()
 """
 
 
-def _arenas(setup: str, tmp_path: Path) -> int:
+def _probe(code: str, tmp_path: Path, unset: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter, without the malloc settings ``unset``."""
     env = dict(os.environ, FORENSICS_HOME=str(tmp_path / "home"))
-    env.pop("MALLOC_ARENA_MAX", None)
-    got = subprocess.run(
-        [sys.executable, "-c", PROBE.format(setup=setup)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
+    for name in unset:
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
+
+
+def _arenas(setup: str, tmp_path: Path) -> int:
+    got = _probe(PROBE.format(setup=setup), tmp_path, ("MALLOC_ARENA_MAX",))
     return sum(1 for line in got.stderr.splitlines() if line.startswith("Arena "))
 
 
@@ -79,17 +81,8 @@ print(info().keepcost)
 
 
 def _kept(setup: str, tmp_path: Path) -> int:
-    env = dict(os.environ, FORENSICS_HOME=str(tmp_path / "home"))
-    for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_"):
-        env.pop(name, None)
-    got = subprocess.run(
-        [sys.executable, "-c", KEPT.format(setup=setup)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    return int(got.stdout)
+    unset = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+    return int(_probe(KEPT.format(setup=setup), tmp_path, unset).stdout)
 
 
 def test_one_arena_keeps_a_freed_chunk_for_the_next(tmp_path):
