@@ -138,15 +138,27 @@ def same(a: Frames, b: Frames) -> None:
     assert (a.counts, a.stats) == (b.counts, b.stats)
 
 
-def both(data: bytes, cut: int) -> None:
+def _parsed(data: bytes, cut: int, compiled: bool) -> tuple[Frames, dict]:
+    """``parse`` with the compiled reader on or off (as it was after)."""
     was = native.ENABLED
     try:
-        native.ENABLED = True
-        fast, fast_state = parse(data, cut, True)
-        native.ENABLED = False
-        slow, slow_state = parse(data, cut, True)
+        native.ENABLED = compiled
+        return parse(data, cut, True)
     finally:
         native.ENABLED = was
+
+
+def same_rows(mine: pl.DataFrame, pure: pl.DataFrame) -> None:
+    """The rows the compiled reader typed (``mine``) are the pure path's rows of those lines."""
+    want = pure.select(mine.columns).join(mine.select("line"), on="line")
+    assert [_canon(list(r)) for r in mine.iter_rows()] == [
+        _canon(list(r)) for r in want.iter_rows()
+    ]
+
+
+def both(data: bytes, cut: int) -> None:
+    fast, fast_state = _parsed(data, cut, True)
+    slow, slow_state = _parsed(data, cut, False)
     same(fast, slow)
     assert json.dumps(fast_state, sort_keys=True) == json.dumps(slow_state, sort_keys=True)
 
@@ -301,17 +313,9 @@ def test_the_word_checks_take_the_lines_the_byte_checks_took():
         )
     data = ("\n".join(HEAD + lines) + "\n").encode()
     got = native.scan(data, 1)
-    was = native.ENABLED
-    try:
-        native.ENABLED = False
-        pure, _ = parse(data, 1 << 20, True)
-    finally:
-        native.ENABLED = was
+    pure, _ = _parsed(data, 1 << 20, False)
     assert got is not None and len(got.decode) > 2 + 2 * 6 * len(keys)
-    want = pure.decode.select(got.decode.columns).join(got.decode.select("line"), on="line")
-    assert [_canon(list(r)) for r in got.decode.iter_rows()] == [
-        _canon(list(r)) for r in want.iter_rows()
-    ]
+    same_rows(got.decode, pure.decode)
     variants = range(1 + len(HEAD) + 2, 1 + len(HEAD) + 2 + len(_ts_variants()))
     typed = got.decode.filter(pl.col("line").is_between(variants[0], variants[-1]))
     assert len(typed) == sum(map(_real_ts, _ts_variants()))
@@ -336,16 +340,8 @@ def test_the_reader_types_the_plain_layouts_lines_as_the_pure_path_does(lines):
     require_compiled()
     data = ("\n".join(HEAD + lines) + "\n").encode()
     got = native.scan(data, 1)
-    was = native.ENABLED
-    try:
-        native.ENABLED = False
-        pure, _ = parse(data, 1 << 20, True)
-    finally:
-        native.ENABLED = was
+    pure, _ = _parsed(data, 1 << 20, False)
     assert got is not None
     assert len(got.decode) + len(got.prefill) == len(lines)
-    for mine, theirs in ((got.decode, pure.decode), (got.prefill, pure.prefill)):
-        want = theirs.select(mine.columns).join(mine.select("line"), on="line")
-        assert [_canon(list(r)) for r in mine.iter_rows()] == [
-            _canon(list(r)) for r in want.iter_rows()
-        ]
+    same_rows(got.decode, pure.decode)
+    same_rows(got.prefill, pure.prefill)
