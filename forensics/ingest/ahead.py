@@ -138,7 +138,8 @@ def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
     n = sum(1 for text in inputs if is_remote(text))
     if n < 2 or jobs == 1:
         return None
-    from forensics.ingest.pool import Pool, default_jobs
+    from forensics.ingest.heap import default_jobs
+    from forensics.ingest.pool import Pool
 
     pool = Pool.of_store(root, jobs or default_jobs())
     try:

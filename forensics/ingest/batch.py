@@ -57,9 +57,10 @@ def ingest(
     when none exists. ``run``: attach the results files to this run (else by time/server).
     ``jobs``: worker processes parsing files at once (default: the cores; 1: none)."""
     from forensics.bench_results import is_results_file
-    from forensics.ingest.heap import one_arena
+    from forensics.ingest.heap import cap_polars_threads, one_arena
 
     one_arena()  # before the ingest's threads start (forensics/ingest/heap.py)
+    cap_polars_threads()  # before the parser's import
     t0 = time.monotonic()
     summary = IngestSummary()
     check_pattern(name_pattern)
@@ -73,7 +74,7 @@ def ingest(
         raise
     logs = sum(1 for _, p in files if not is_results_file(p))
     if logs > 1 and not jobs:
-        from forensics.ingest.pool import default_jobs
+        from forensics.ingest.heap import default_jobs
 
         jobs = default_jobs()
     jobs = jobs if logs > 1 else 1  # one file: parsed here, no worker (no pool imported)

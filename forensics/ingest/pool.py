@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import StreamDamaged
+from forensics.ingest.heap import POLARS_THREADS, default_jobs
 from forensics.ingest.outcome import FileOutcome, IngestSummary
 
 POOL_MIN_BYTES = 16 << 20  # a file parsed by a worker: this many bytes to parse or more (a
@@ -54,12 +55,10 @@ PIPE_BYTES = 8 << 20  # socket buffer asked for (the system caps it: net.core.wm
 _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def default_jobs() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+def worker_threads(jobs: int) -> int:
+    """Polars' threads in each of ``jobs`` workers: their share of the cores, POLARS_THREADS
+    at most (as in the main process, forensics/ingest/heap.py)."""
+    return max(1, min(POLARS_THREADS, default_jobs() // jobs))
 
 
 # -- the worker process ------------------------------------------------------------------------
@@ -304,8 +303,7 @@ class Pool:
         cores shared among ``jobs`` workers' polars threads."""
         from forensics.store.staging import new_staging
 
-        threads = max(1, default_jobs() // jobs)
-        return cls(jobs, new_staging(root), threads, store=root)
+        return cls(jobs, new_staging(root), worker_threads(jobs), store=root)
 
     def prestart(self, idle: int) -> None:
         """Workers started now, ``jobs`` at most, until ``idle`` of them wait for a file."""
