@@ -88,6 +88,39 @@ def _new_transport(sock: Any, **kwargs: Any) -> Any:
     return t
 
 
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+
+
+class _QuickAckSocket(socket.socket):
+    """A TCP socket that acknowledges what it receives at once (``TCP_QUICKACK``, which
+    Linux clears as it goes: set again after every ``recv``)."""
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        with contextlib.suppress(OSError):
+            self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return data
+
+
+def _without_delays(sock: socket.socket) -> socket.socket:
+    """``sock`` with neither end of the SSH handshake waiting for the other's delayed ACK
+    (40 ms each time on Linux). Nagle's algorithm holds a small packet while one sent before
+    is unacknowledged, and the receiver delays its ACK hoping to carry it with data: paramiko
+    sends NEWKEYS then the service request (held: ``TCP_NODELAY`` here), and OpenSSH's sshd,
+    after the login, its debug and ``hostkeys-00`` messages, which need no answer, then the
+    first channel's confirmation (held until this end's ACK: ``TCP_QUICKACK``). On the
+    benchmark's loopback sshd, the connection and the SFTP session took 0.11 s, 0.02 s so
+    (docs/performance.md, "One remote host, twelfth stop")."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if _QUICKACK is None:
+        return sock
+    timeout = sock.gettimeout()
+    quick = _QuickAckSocket(fileno=sock.detach())
+    quick.settimeout(timeout)
+    return quick
+
+
 _REMOTE_WRAPPER = (
     # $1 = deadline seconds, $2 = script. GNU/busybox timeout kills the whole process group
     # it leads; without timeout the client deadline still holds.
@@ -289,7 +322,9 @@ class SSHHost(SFTPFiles, Streams, Host):
         """The TCP connection, opened here so that S01 errors carry the errno text."""
         t = self.cfg.connect_timeout
         try:
-            return socket.create_connection((self.cfg.host, self.cfg.port), timeout=t)
+            return _without_delays(
+                socket.create_connection((self.cfg.host, self.cfg.port), timeout=t)
+            )
         except OSError as exc:
             raise _connect_error(exc, self.address, t, []) from None
 
