@@ -286,6 +286,28 @@ def test_connections_are_reused(ssh_config):
     assert get_host("sshtest").run("echo ok", timeout=10).stdout == b"ok\n"
 
 
+def test_the_connection_sends_and_acknowledges_at_once(ssh_host):
+    """Nagle's algorithm against a delayed ACK cost the handshake 40 ms twice (the service
+    request after NEWKEYS; sshd's first channel confirmation after its unanswered
+    ``hostkeys-00``): the socket has TCP_NODELAY and, on Linux, asks for an immediate ACK
+    after every read (docs/performance.md, "One remote host, twelfth stop")."""
+    from unittest import mock
+
+    from forensics.hosts import ssh
+
+    sock = ssh_host._client.get_transport().sock
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    if not hasattr(socket, "TCP_QUICKACK"):
+        return
+    armed = []
+    with mock.patch.object(
+        type(sock), "setsockopt", lambda self, *opt: armed.append(opt), create=True
+    ):
+        assert ssh_host.run("echo ok", timeout=10).stdout == b"ok\n"
+    assert (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1) in armed
+    assert isinstance(sock, ssh._QuickAckSocket)
+
+
 def test_ssh_url_with_address_uses_config_keys(ssh_config):
     host, path = resolve_location(f"ssh://{ssh_config.address}/tmp/*.log")
     assert isinstance(host, SSHHost) and path == "/tmp/*.log"
