@@ -252,7 +252,12 @@ def _with_typed(done: pl.DataFrame, typed: pl.DataFrame, schema: dict) -> pl.Dat
     """The rows of the polars path and the compiled reader's, in line order."""
     if typed.is_empty():
         return done
-    typed = typed.select([pl.col(c).cast(dt_) for c, dt_ in schema.items()])
+    if all(typed.schema.get(c) == dt_ for c, dt_ in schema.items()):
+        # the reader's columns are of the table's types (the usual case): taken in its order,
+        # without a cast for each (~0.1 ms a chunk)
+        typed = pl.DataFrame([typed.get_column(c) for c in schema])
+    else:
+        typed = typed.select([pl.col(c).cast(dt_) for c, dt_ in schema.items()])
     return typed if done.is_empty() else pl.concat([done, typed]).sort("line")
 
 

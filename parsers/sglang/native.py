@@ -198,9 +198,9 @@ def _checked(bulk: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     matcher decides its rule) or of the secrets sieve (bit 2: it goes back if the secrets step
     would change it)."""
     flag = bulk.drop_in_place("flag")
-    at = flag.ne(0).arg_true()
-    if at.is_empty():
+    if not flag.max():  # (flags are >= 0; None: no row)
         return bulk, None
+    at = flag.ne(0).arg_true()
     sus, flags = bulk.gather(at), flag.gather(at).to_list()
     bad = set()
     ruled = [i for i, f in enumerate(flags) if f & 1]

@@ -257,18 +257,22 @@ class LogParser(Between):
             if lines_s is None:
                 return Lines(ck, done=(Frames(stats=ck.stats), None))  # an unfinished record
             df = self._lines_of(lines_s, ck, partial, cr)
-        batch = df.filter(pl.col("batch")).select("line", "text")
-        if fast is not None and not batch.is_empty():
+        is_batch = df.get_column("batch")
+        if is_batch.any() or is_batch.null_count():
+            batch = df.filter(is_batch).select("line", "text")
+            other = df.filter(~is_batch).select("line", "text")
+        else:  # (the compiled reader's usual chunk: no metrics line left, no filter)
+            batch, other = None, df[["line", "text"]]
+        if fast is not None and batch is not None:
             # it handed back a metrics line: the polars path reads odd ones by the layout of
             # the chunk's first (metrics.py), so it reads the chunk's metrics lines whole
             self.line_no -= fast.n
             return self._split(data, partial=partial, compiled=False)
-        other = df.filter(~pl.col("batch")).select("line", "text")
         out = Lines(ck, other=other)
         if fast is not None:
             out.typed = (fast.decode, fast.prefill)
             out.quick = fast.bulk if not fast.bulk.is_empty() else None
-        if not batch.is_empty():
+        if batch is not None:
             out.batch, _ = metrics.read_heads(batch, self.date_hint)
         return out
 
