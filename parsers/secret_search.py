@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import NamedTuple
 
 # the letters a pattern that ignores case takes for ASCII ones, which ``lower`` does not make
 # them (`ı`, `ſ`; `İ` lowers to `i` and a combining dot): a literal is sought past them too
@@ -24,13 +23,27 @@ STARTS = ("at", "after", "word")  # where a rule's matches start (None: anywhere
 DENSE = 16  # a literal every DENSE characters or closer: the text is searched whole
 
 
-class Rule(NamedTuple):
-    """A row of ``secrets.RULES``, compiled."""
+class Rule:
+    """A row of ``secrets.RULES``, its pattern compiled when first searched (``rx``): most
+    texts hold no literal of most rules, and compiling all 40 took ~8 ms of the first chunk
+    an ingest reads (a server log's lines call for 4 of them). Two threads searching at once
+    may both compile it: the same pattern either way."""
 
-    rx: re.Pattern[str]
-    literals: tuple[str, ...]  # () : searched in every text
-    folded: bool  # the pattern ignores case: its literals (lower case) are sought folded
-    start: str | None  # one of STARTS: where its matches start, relative to its literals
+    __slots__ = ("pattern", "literals", "folded", "start", "_rx")
+
+    def __init__(self, pattern: str, literals: tuple[str, ...], folded: bool, start: str | None):
+        self.pattern = pattern
+        self.literals = literals  # () : searched in every text
+        # the pattern ignores case: its literals (lower case) are sought folded
+        self.folded = folded
+        self.start = start  # one of STARTS: where its matches start, relative to its literals
+        self._rx: re.Pattern[str] | None = None
+
+    @property
+    def rx(self) -> re.Pattern[str]:
+        if self._rx is None:
+            self._rx = re.compile(self.pattern)
+        return self._rx
 
 
 def compiled(rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, str]) -> list[Rule]:
@@ -44,14 +57,14 @@ def compiled(rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, st
         assert start is None or (start in STARTS and literals), name
         if start == "word":
             assert all(re.fullmatch(r"[\w-]+", w) for w in literals), name
-        out.append(Rule(re.compile(pattern), literals, folded, start))
+        out.append(Rule(pattern, literals, folded, start))
     return out
 
 
 class OnFirstUse:
-    """``compiled(rules, starts)``, made when first called (~15 ms for ``secrets.RULES``: a
-    command whose output holds nothing ``HINT`` picks, an unchanged re-ingest, never pays
-    it), once: one list, the search keeps what it found by rule."""
+    """``compiled(rules, starts)``, made when first called (a command whose output holds
+    nothing ``HINT`` picks, an unchanged re-ingest, never makes it), once: one list, the
+    search keeps what it found by rule."""
 
     def __init__(self, rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, str]):
         self._args = (rules, starts)

@@ -117,3 +117,26 @@ def test_the_cli_returns_the_memory_polars_frees_promptly():
     env["_RJEM_MALLOC_CONF"] = "narenas:2"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.stdout.strip().endswith(",narenas:2") and "dirty_decay_ms:100" not in out.stdout
+
+
+def test_importlib_metadata_runs_when_first_read_not_when_polars_imports_it():
+    """polars' import runs ``import importlib.metadata`` (~12 ms of email, zipfile, csv...)
+    that an ingest never reads: through the entry point its code runs when an attribute is
+    first read, in the thread that reads it (the others wait), and reads as the module does."""
+    code = (
+        "import sys, threading, forensics.entry, polars\n"
+        "m = sys.modules['importlib.metadata']\n"
+        "print('version' in vars(m), 'email.message' in sys.modules)\n"
+        "got = []\n"
+        "readers = [threading.Thread(target=lambda: got.append(m.version('polars')))"
+        " for _ in range(4)]\n"
+        "[t.start() for t in readers]; [t.join() for t in readers]\n"
+        "from importlib.metadata import PackageNotFoundError, version\n"
+        "try:\n"
+        "    version('no-such-distribution-here')\n"
+        "except PackageNotFoundError:\n"
+        "    got.append('not found')\n"
+        "print(got == [polars.__version__] * 4 + ['not found'], hasattr(m, 'no_such_name'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "False"], out.stdout + out.stderr
