@@ -317,7 +317,18 @@ RULES: list[Rule] = [
     Rule("generic_warning", r"(?i)^warn(?:ing)?\b|Warning: ", None, "warning", role="hint"),
 ]
 BY_NAME = {r.name: r for r in RULES}
-_RULES = [(r.name, re.compile(r.pattern), r.stage, r.kind) for r in RULES]
+# each rule's own pattern, compiled when find_rule first needs it (a log's lines call for a
+# few of them; all 56 took ~2 ms of every process that imports the parser)
+_RX: list[re.Pattern[str] | None] = [None] * len(RULES)
+
+
+def _rx(i: int) -> re.Pattern[str]:
+    rx = _RX[i]
+    if rx is None:
+        rx = _RX[i] = re.compile(RULES[i].pattern)
+    return rx
+
+
 _STYLE_RX = {r.name: (r.style[0], re.compile(r.style[1])) for r in RULES if r.style}
 # A traceback frame line with no open traceback is recorded as the header's line would be.
 ORPHAN_FRAME_KIND = BY_NAME["traceback_start"].name
@@ -388,11 +399,11 @@ def find_rule(msg: str) -> tuple[Rule, re.Match[str]] | None:
         for i in _FLOATING:
             if i > first:
                 break
-            mm = _RULES[i][1].search(msg)
+            mm = (_RX[i] or _rx(i)).search(msg)
             if mm:
                 return RULES[i], mm
     if first < len(RULES):
-        return RULES[first], _RULES[first][1].match(msg)
+        return RULES[first], (_RX[first] or _rx(first)).match(msg)
     return None
 
 
