@@ -174,3 +174,16 @@ def test_the_leading_literals_of_a_programs_pattern():
     assert leading_literals(r"(?:docker|helm)(?:\s+registry)?\s+login") == ("docker", "helm")
     assert leading_literals(r"abc?|x") == ("ab", "x")  # a letter that may be absent is not one
     assert leading_literals(r"\w+x|y") == ()  # an alternative without one: every text
+
+
+def test_a_rule_is_compiled_only_for_a_text_that_holds_one_of_its_literals():
+    """Compiling all 40 rules cost ~8 ms of an ingest's first chunk, where a server log's lines
+    call for 4: a rule's pattern is compiled when a text first holds one of its literals."""
+    rules = secret_search.compiled(secrets.RULES, secrets.STARTS)
+    plain = Text("[2026-01-01 00:00:00] Decode batch, #running-req: 1, gen throughput: 2.5")
+    assert all(matches(rule, plain) == [] for rule in rules)
+    assert [rule for rule in rules if rule._rx is not None] == []
+    keyed = Text("api_key='sk-0123456789abcdef0123456789abcdef'")
+    searched = [rule for rule in rules if matches(rule, keyed) is not None and rule._rx is not None]
+    assert searched and len(searched) < len(rules)
+    assert all(any(w in keyed.low for w in rule.literals) for rule in searched)
