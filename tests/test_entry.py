@@ -82,7 +82,9 @@ def test_the_entry_module_is_light_and_names_the_same_exit_code():
         "e.EXIT_INTERRUPTED)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"['forensics', 'forensics.entry'] {EXIT_INTERRUPTED}"
+    assert out.stdout.strip() == (
+        f"['forensics', 'forensics.entry', 'forensics.unread'] {EXIT_INTERRUPTED}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -481,3 +481,19 @@ def test_an_interrupt_in_a_parse_threads_start_leaves_no_row_without_its_source(
     serial = tmp_path / "serial"
     ingest(Store.open(serial), logs, jobs=1)
     _same_store(serial, home, skip=("verdicts",))
+
+
+def test_a_worker_imports_the_parser_without_running_importlib_metadata():
+    """A worker imports polars as the entry point's process does: importlib.metadata, which
+    polars imports and a parse never reads (~12 ms), runs only when read (forensics/unread.py)."""
+    code = (
+        "import socket, sys\n"
+        "import forensics.ingest.pool as pool\n"
+        "ours, theirs = socket.socketpair()\n"
+        "sys.argv = ['worker', str(theirs.fileno())]\n"
+        "pool._worker_main = lambda conn: None\n"
+        "pool._worker_entry()\n"
+        "print('polars' in sys.modules, 'version' in vars(sys.modules['importlib.metadata']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr

@@ -98,8 +98,10 @@ def _worker_entry() -> None:
     from multiprocessing.connection import Connection
 
     from forensics.ingest.heap import one_arena
+    from forensics.unread import install
 
     one_arena()  # before the parse's threads start (forensics/ingest/heap.py)
+    install()  # before polars: what it imports and a parse never reads (forensics/unread.py)
     for sig in _SIGNALS:  # Ctrl-C, kill, hang-up: the main process's to handle (it stops us)
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start
