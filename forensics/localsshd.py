@@ -13,7 +13,9 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from forensics.errors import ForensicsError
@@ -205,3 +207,52 @@ def local_sshd(d: Path) -> LocalSSHD:
         log=log,
         proc=proc,
     )
+
+
+class SlowPort:
+    """A loopback port in front of ``port`` (this sshd's) whose connections ``hold()`` keeps
+    waiting (a sleep, an event's wait) before relaying them: a host that connects slowly (far
+    away, a slow login), for the tests and the benchmark (docs/performance.md, "A slow host,
+    twelfth stop"). The client's TCP connect succeeds at once; the server's banner comes after
+    the hold. Its threads are daemons; ``close`` stops accepting."""
+
+    def __init__(self, port: int, hold: Callable[[], object]):
+        self.target, self.hold = port, hold
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, name="slow-port", daemon=True).start()
+
+    def known_hosts_line(self, host_key_pub: str) -> str:
+        return f"[127.0.0.1]:{self.port} {host_key_pub}\n"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn: socket.socket) -> None:
+        self.hold()
+        try:
+            up = socket.create_connection(("127.0.0.1", self.target))
+        except OSError:
+            conn.close()
+            return
+        threading.Thread(target=_pump, args=(up, conn), daemon=True).start()
+        _pump(conn, up)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Bytes of ``src`` to ``dst`` until ``src`` ends; then ``dst`` is told (half-close)."""
+    try:
+        while data := src.recv(1 << 16):
+            dst.sendall(data)
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        src.close()
+        dst.close()

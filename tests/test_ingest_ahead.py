@@ -89,6 +89,74 @@ def test_the_logs_of_several_hosts_are_opened_at_once(sshd_server, tmp_path, mon
     assert not list((tmp_path / "home" / "staging").glob("*"))
 
 
+def test_a_slow_host_holds_back_no_other_hosts_lookup_nor_opening(
+    sshd_server, tmp_path, monkeypatch
+):
+    """Three hosts, the first one slow to connect (a port in front of the sshd holds its
+    connection until the two others' logs are opened, 30 s at most): their paths are looked
+    up and their logs opened before it is connected (before, every lookup waited for the
+    slowest connect, then went one input after the other); the files, their order and the
+    store are those of a serial ingest."""
+    from forensics import hosts
+    from forensics.localsshd import SlowPort
+
+    log = tmp_path / "a.log"
+    shutil.copy(FIXTURES / "sglang_baseline.log", log)
+    events: list[tuple[str, str]] = []
+    others_opened = threading.Event()
+    slow = SlowPort(sshd_server.port, lambda: others_opened.wait(30))
+    slow_known = tmp_path / "known_slow"
+    slow_known.write_text(slow.known_hosts_line(sshd_server.host_key_pub))
+    toml = sshd_server.toml(
+        "slow",
+        address=f"{sshd_server.user}@127.0.0.1:{slow.port}",
+        known_hosts=str(slow_known),
+        connect_timeout=60,
+    )
+    for name in ("h1", "h2"):  # each a connection of its own (its own known_hosts)
+        known = tmp_path / f"known_{name}"
+        shutil.copy(sshd_server.known_hosts, known)
+        toml += sshd_server.toml(name, known_hosts=str(known))
+    monkeypatch.chdir(tmp_path)
+    Path("forensics.toml").write_text(toml)
+    real_connect, real_source = hosts.SSHHost.connect, ingest_file._log_source
+
+    def connect(self):
+        real_connect(self)
+        events.append(("connected", self.name))
+
+    def opening(host, path, like=None):
+        got = real_source(host, path, like)
+        events.append(("opened", host.name))
+        if {("opened", "h1"), ("opened", "h2")} <= set(events):
+            others_opened.set()
+        return got
+
+    monkeypatch.setattr(hosts.SSHHost, "connect", connect)
+    monkeypatch.setattr(ingest_file, "_log_source", opening)
+    inputs = [f"slow:{log}", f"h1:{log}", f"h2:{log}"]
+    hosts.close_all()
+    try:
+        par = ingest(Store.open(tmp_path / "par"), inputs, jobs=3)
+        hosts.close_all()
+        ser = ingest(Store.open(tmp_path / "ser"), inputs, jobs=1)
+    finally:
+        hosts.close_all()
+        slow.close()
+    at = events.index(("connected", "slow"))
+    assert ("opened", "h1") in events[:at] and ("opened", "h2") in events[:at], events
+    assert [(f.host, f.status) for f in par.files] == [
+        ("slow", "new"),
+        ("h1", "new"),
+        ("h2", "new"),
+    ]
+    assert [(f.host, f.path, f.status) for f in par.files] == [
+        (f.host, f.path, f.status) for f in ser.files
+    ]
+    _same_store(tmp_path / "ser", tmp_path / "par")
+    assert _no_thread_left()
+
+
 def test_a_log_that_cannot_be_opened_ahead_is_skipped_in_its_turn(tmp_path):
     """An opening's error, raised in its thread, is the file's outcome in its turn, as in a
     serial ingest; the logs around it are stored as a serial ingest stores them."""
@@ -171,7 +239,8 @@ def test_open_ahead_keeps_within_its_window(tmp_path, n):
         p = tmp_path / f"{i}.log"
         p.write_text(f"line {i}\n")
         files.append((local, str(p)))
-    ahead = OpenAhead(files, None, n)
+    ahead = OpenAhead(n)
+    ahead.place(files, None)
     try:
         deadline = time.monotonic() + 30
         while len(ahead.opened()) < n and time.monotonic() < deadline:
@@ -183,6 +252,42 @@ def test_open_ahead_keeps_within_its_window(tmp_path, n):
             assert src.path == path and src.head == Path(path).read_bytes()
             assert hasher.size == len(src.head)
             assert len(ahead.opened()) <= n + 1  # the one taken, and the window past it
+    finally:
+        ahead.close()
+    assert _no_thread_left()
+
+
+def test_logs_added_input_by_input_are_opened_within_the_window_of_their_least_place(tmp_path):
+    """Inputs looked up out of order (``add``): each log opened once its least place (the
+    inputs not looked up yet counting none) is within the window; then placed, each is
+    given in its turn."""
+    from forensics.hosts import get_host
+    from forensics.ingest.ahead import OpenAhead
+
+    local = get_host("local")
+    files = []
+    for i in range(4):
+        p = tmp_path / f"{i}.log"
+        p.write_text(f"line {i}\n")
+        files.append((local, str(p)))
+
+    def opened(n: int) -> list[str]:
+        deadline = time.monotonic() + 30
+        while len(ahead.opened()) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        return [src.path for src in ahead.opened()]
+
+    ahead = OpenAhead(2)
+    try:
+        ahead.add(1, files[1:])  # input 0 not looked up yet: these are at least 0, 1, 2
+        assert opened(2) == [files[1][1], files[2][1]]
+        ahead.add(0, files[:1])  # now 0 comes first: 1 and 2 are at 1, 2, and 3 at 3
+        assert opened(3) == [p for _, p in files[:3]]
+        ahead.place(files, None)
+        for host, path in files:
+            src, _ = ahead.take(host, path)
+            assert src.path == path and src.head == Path(path).read_bytes()
     finally:
         ahead.close()
     assert _no_thread_left()

@@ -67,7 +67,7 @@ from forensics.hosts.base import (
 from forensics.hosts.capture import _Capped, _open_spill
 from forensics.hosts.globbing import GLOB_MAX_DEPTH, GLOB_MAX_DIRS
 from forensics.hosts.local import LocalHost
-from forensics.hosts.lookup import close_all, connect_all, get_host, is_remote, resolve_location
+from forensics.hosts.lookup import close_all, get_host, is_remote, resolve_location
 
 # name -> its module: the SSH side (paramiko's neighbours: socket, the streams, host keys) and
 # the config file (tomllib) load when first named, so a command on local files never imports
@@ -138,7 +138,6 @@ __all__ = [
     "forensics_home",
     "get_host",
     "is_remote",
-    "connect_all",
     "load_config",
     "parse_address",
     "path_error",

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the SSH side and the config file load with the first remote
 _CACHE: dict[tuple, Host] = {}
 _CACHE_LOCK = threading.RLock()  # guards _CACHE and _CONNECTING (never held while connecting)
 # one lock per connection key, held while that host connects (re-entered when a jump host
-# connects): two hosts connect at once (``connect_all``), one host connects once
+# connects): two hosts connect at once (ingest's lookups), one host connects once
 _CONNECTING: dict[tuple, threading.RLock] = {}
 _LOCAL = LocalHost()
 
@@ -52,36 +52,6 @@ def _host_for(cfg: HostConfig, *, trust_new_host: bool = False) -> Host:
         with _CACHE_LOCK:
             _CACHE[key] = host
         return host
-
-
-def connect_all(texts: list[str], *, trust_new_host: bool = False) -> dict[str, Exception]:
-    """Connect the hosts the locations ``texts`` name, all at once (N hosts take about the
-    slowest connect, not the sum): -> the error of each text whose host could not be had,
-    for the caller to raise in its own order (it is not tried twice: an unreachable host
-    costs its connect timeout once)."""
-    errors: dict[str, Exception] = {}
-
-    def one(text: str) -> None:
-        try:
-            host, _ = resolve_location(text, trust_new_host=trust_new_host)
-        except Exception as exc:  # noqa: BLE001 - kept for the caller to raise
-            errors[text] = exc
-            return
-        # its paths are looked up over SFTP next, one input after the other: the session
-        # (a channel, the subsystem, its version: round trips) opens here, beside the others'
-        with contextlib.suppress(Exception):  # the lookup reports what fails
-            getattr(host, "sftp", lambda: None)()
-
-    threads = [
-        threading.Thread(target=one, args=(t,), name="forensics-connect", daemon=True)
-        for t in dict.fromkeys(texts)
-        if is_remote(t)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()  # each connect is bounded by its host's connect_timeout
-    return errors
 
 
 def close_all() -> None:

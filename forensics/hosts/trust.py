@@ -36,7 +36,7 @@ def _known_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-_RECORDING = threading.Lock()  # hosts connecting at once (connect_all) append one at a time
+_RECORDING = threading.Lock()  # hosts connecting at once (ingest's lookups) append one at a time
 
 
 def _record_host_key(host: str, port: int, key: paramiko.PKey) -> Path:

@@ -23,61 +23,108 @@ JOIN_SECONDS = 5.0  # an opening stuck on its host at the ingest's end (bounded 
 
 
 class OpenAhead:
-    """The logs ``files`` ((host, path), in input order) opened by a thread per host,
-    ``window`` (the batch's jobs) ahead of the last one taken; ``batch``: the ingest's
-    ``_Batch``, whose pool starts a worker for each log opened that one will parse."""
+    """A parallel ingest's logs opened by a thread per host, ``window`` (the batch's jobs)
+    ahead of the last one taken. The logs come as each input's are looked up (``add``: a
+    host that connects late holds back no other host's openings), then in their final order
+    (``place``: (host, path) in input order, and the ingest's ``_Batch``, whose pool starts
+    a worker for each log opened that one will parse)."""
 
-    def __init__(self, files: list[tuple[Any, str]], batch: Any, window: int | None = None):
-        self.files = files
-        self.batch = batch
-        self._at = {(h.name, p): i for i, (h, p) in enumerate(files)}
-        self._window = max(1, window or batch.jobs)
-        self._done: dict[int, tuple[bool, Any]] = {}  # i -> (opened, (src, hasher) or error)
+    def __init__(self, window: int):
+        self.batch: Any = None
+        self._window = max(1, window)
+        self._groups: dict[int, list[tuple[Any, str]]] = {}  # input -> its logs, until placed
+        # (host, path) -> its place among the logs: the least it can be until they are
+        # placed (an input not looked up yet counts none), then its place
+        self._rank: dict[tuple[str, str], int] = {}
+        self._todo: dict[str, list[tuple[Any, str]]] = {}  # host -> its logs not opened
+        self._done: dict[tuple[str, str], tuple[bool, Any]] = {}  # (opened, (src, hasher) or error)
         self._taken = 0  # the next log to take: those before it were taken
-        self._stop = False
+        self._placed = self._stop = False
         self._cond = threading.Condition()
-        per_host: dict[str, list[int]] = {}
-        for i, (host, _) in enumerate(files):
-            per_host.setdefault(host.name, []).append(i)
-        self._threads: list[threading.Thread] = []
-        try:
-            for order in per_host.values():
-                thread = threading.Thread(
-                    target=self._open_in_turn, args=(order,), name="forensics-open", daemon=True
-                )
-                self._threads.append(thread)  # listed first: a Ctrl-C in start leaves none out
-                thread.start()
-        except BaseException:
-            self.close()
-            raise
+        self._threads: dict[str, threading.Thread] = {}  # host -> its opening thread
 
-    def _open_in_turn(self, order: list[int]) -> None:
-        """(thread) Open this host's logs, each once it is within the window."""
+    def add(self, k: int, files: list[tuple[Any, str]]) -> None:
+        """(any thread) Input ``k``'s logs, looked up: opened from now on, within the window."""
+        with self._cond:
+            if self._placed or self._stop:
+                return
+            self._groups[k] = files
+            order = [f for _, group in sorted(self._groups.items()) for f in group]
+            self._queue(order)
+
+    def place(self, files: list[tuple[Any, str]], batch: Any) -> None:
+        """The logs, all of them, in input order (deduplicated): each is taken in its turn."""
+        with self._cond:
+            if self._stop:
+                return
+            self.batch, self._placed = batch, True
+            self._queue(files)
+
+    def _queue(self, order: list[tuple[Any, str]]) -> None:
+        """(under the lock) ``order`` ranked; its logs not seen yet handed to their host's
+        thread (started with the host's first log), each host's in their order."""
+        rank: dict[tuple[str, str], int] = {}
+        for host, path in order:
+            key = (host.name, path)
+            if key not in rank:
+                rank[key] = len(rank)
+                if key not in self._rank:
+                    self._todo.setdefault(host.name, []).append((host, path))
+        self._rank = rank
+        for name, todo in self._todo.items():  # placed: only the logs of the ingest
+            todo[:] = sorted((hp for hp in todo if (name, hp[1]) in rank), key=self._order)
+        for key in [key for key in self._done if key not in rank]:
+            del self._done[key]
+        self._cond.notify_all()
+        for name in self._todo.keys() - self._threads.keys():
+            thread = threading.Thread(
+                target=self._open_in_turn, args=(name,), name="forensics-open", daemon=True
+            )
+            self._threads[name] = thread  # listed first: a Ctrl-C in start leaves none out
+            thread.start()
+
+    def _order(self, hp: tuple[Any, str]) -> int:
+        return self._rank[(hp[0].name, hp[1])]
+
+    def _next(self, name: str) -> tuple[Any, str] | None:
+        """(under the lock) The next log of host ``name`` to open, once it is within the
+        window; None when there is none, nor will be."""
+        todo = self._todo[name]
+        while not self._stop:
+            if todo and self._order(todo[0]) < self._taken + self._window:
+                return todo.pop(0)
+            if not todo and self._placed:
+                return None
+            self._cond.wait()
+        return None
+
+    def _open_in_turn(self, name: str) -> None:
+        """(thread) Open host ``name``'s logs, each once it is within the window."""
         from forensics.ingest.file import _log_source
 
-        for i in order:
+        while True:
             with self._cond:
-                while not self._stop and i >= self._taken + self._window:
-                    self._cond.wait()
-                if self._stop:
-                    return
-            host, path = self.files[i]
+                nxt = self._next(name)
+            if nxt is None:
+                return
+            host, path = nxt
             try:
                 got: tuple[bool, Any] = (True, _log_source(host, path))
             except BaseException as exc:  # noqa: BLE001 - raised where it is taken, in turn
                 got = (False, exc)
             with self._cond:
-                self._done[i] = got
+                self._done[(name, path)] = got
                 self._cond.notify_all()
 
     def take(self, host: Any, path: str, like: str | None = None) -> tuple[Any, Any]:
         """(the log source, its hasher) of ``path``, opened ahead (or now, if it is none of
-        ``files``, or if the store's digest ``like`` is in an algorithm its hasher does not
-        compute: an older store's record), its error raised here; meanwhile, a worker starts
-        for each log opened that one will parse (``start_workers``)."""
+        the logs placed, or if the store's digest ``like`` is in an algorithm its hasher
+        does not compute: an older store's record), its error raised here; meanwhile, a
+        worker starts for each log opened that one will parse (``start_workers``)."""
         from forensics.ingest.file import _log_source
 
-        i = self._at.get((host.name, path))
+        key = (host.name, path)
+        i = self._rank.get(key) if self._placed else None
         if i is None:
             return _log_source(host, path, like)
         with self._cond:
@@ -86,9 +133,11 @@ class OpenAhead:
         while True:
             start_workers(self)
             with self._cond:
-                if i in self._done:
-                    opened, got = self._done[i]
-                    for gone in [k for k in self._done if k < i]:  # taken, or left unused
+                if key in self._done:
+                    opened, got = self._done[key]
+                    for gone in [
+                        k for k in self._done if self._rank.get(k, -1) < i
+                    ]:  # taken, unused
                         del self._done[gone]
                     break
                 self._cond.wait(0.5)
@@ -101,7 +150,8 @@ class OpenAhead:
     def opened(self) -> list[Any]:
         """The log sources opened and not taken yet, and the one taken last, in input order."""
         with self._cond:
-            return [got[0] for i, (ok, got) in sorted(self._done.items()) if ok]
+            done = sorted(self._done.items(), key=lambda kv: self._rank[kv[0]])
+            return [got[0] for _, (ok, got) in done if ok]
 
     def close(self) -> None:
         """No more is opened; the threads end (joined, each at most JOIN_SECONDS)."""
@@ -109,9 +159,16 @@ class OpenAhead:
             self._stop = True
             self._done.clear()
             self._cond.notify_all()
-        for thread in self._threads:
+            threads = list(self._threads.values())
+        for thread in threads:
             if thread.is_alive() or thread.ident is not None:
                 thread.join(JOIN_SECONDS)
+
+
+def close_ahead(ahead: OpenAhead | None) -> None:
+    """An ``OpenAhead`` of an ingest that will take nothing from it: closed."""
+    if ahead is not None:
+        ahead.close()
 
 
 def start_workers(ahead: OpenAhead) -> None:

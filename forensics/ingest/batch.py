@@ -18,7 +18,7 @@ from forensics.errors import (
     interrupt_inside,
     release_interrupted,
 )
-from forensics.ingest.ahead import OpenAhead, drop_pool, early_pool
+from forensics.ingest.ahead import OpenAhead, close_ahead, drop_pool, early_pool
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import check_pattern, expand_inputs
@@ -66,11 +66,13 @@ def ingest(
     check_pattern(name_pattern)
     importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
     early = early_pool(store.root, inputs, jobs)  # workers that import while hosts connect
-    try:
-        files = _files(inputs, recursive, trust_new_host, run, summary)
+    ahead = OpenAhead(early.jobs) if early is not None else None  # each host's logs opened
+    try:  # as soon as they are looked up: a host that connects late holds back no other
+        files = _files(inputs, recursive, trust_new_host, run, summary, ahead)
     except BaseException:
         importing.join()
         drop_pool(early)
+        close_ahead(ahead)
         raise
     logs = sum(1 for _, p in files if not is_results_file(p))
     if logs > 1 and not jobs:
@@ -84,6 +86,7 @@ def ingest(
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
     batch = _Batch(store, lock_timeout, jobs)
     batch.pool = early if jobs > 1 else drop_pool(early)
+    batch.ahead = ahead if jobs > 1 else close_ahead(ahead)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
@@ -187,10 +190,16 @@ def _files(
     trust_new_host: bool,
     run: str | None,
     summary: IngestSummary,
+    ahead: OpenAhead | None = None,
 ) -> list[tuple[Any, str]]:
     """The (host, path) to ingest: logs first, then benchmark results files (a benchmark
-    attaches to a run ingested in the same call)."""
+    attaches to a run ingested in the same call). ``ahead``: where each remote input's logs
+    go as soon as they are looked up, to be opened."""
     from forensics.bench_results import is_results_file
+
+    def found(k: int, files: list[tuple[Any, str]]) -> None:
+        if ahead is not None:
+            ahead.add(k, [f for f in files if not is_results_file(f[1])])
 
     files = expand_inputs(
         inputs,
@@ -198,6 +207,7 @@ def _files(
         warn=summary.warnings.append,
         trust_new_host=trust_new_host,
         connected=_shell_ahead,
+        found=found,
     )
     files.sort(key=lambda hp: is_results_file(hp[1]))
     if run is not None and not any(is_results_file(p) for _, p in files):
@@ -225,7 +235,8 @@ def _ingest_files(
 
     index: RunIndex | None = None
     if batch.jobs > 1:  # the logs opened ahead of their turn, a thread per host
-        batch.ahead = OpenAhead([f for f in files if not is_results_file(f[1])], batch)
+        batch.ahead = batch.ahead or OpenAhead(batch.jobs)
+        batch.ahead.place([f for f in files if not is_results_file(f[1])], batch)
     for i, (host, path) in enumerate(files):
         report = None
         if progress:

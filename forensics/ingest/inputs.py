@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import threading
 from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
@@ -37,42 +39,36 @@ def expand_inputs(
     warn: Callable[[str], None],
     trust_new_host: bool = False,
     connected: Callable[[Any], None] | None = None,
+    found: Callable[[int, list[tuple[Any, str]]], None] | None = None,
 ) -> list[tuple[Any, str]]:
-    """-> [(host, path)] of files, deduplicated, in the order given. The hosts are connected
-    all at once first (``connect_all``); an error is raised at its input, in order.
-    ``connected(host)`` is called for a remote input's host as soon as it is connected,
-    before its paths are looked at."""
-    from forensics.hosts import connect_all, resolve_location
-
+    """-> [(host, path)] of files, deduplicated, in the order given. With two inputs or more,
+    each remote input's host is connected and its paths looked up in a thread of its own
+    (``_looking_up``): a host that connects slowly holds back no other host's lookup. An
+    error is raised at its input, in order. ``connected(host)`` is called for a remote
+    input's host as soon as it is connected, before its paths are looked at; ``found(k,
+    files)`` with the (host, path) remote input ``k`` names (before the deduplication) as
+    soon as they are known, from the thread that looked them up."""
     out: list[tuple[Any, str]] = []
     seen: set[tuple[str, str]] = set()
     missing: list[ForensicsError] = []
     empty_dirs: list[str] = []
-    failed = connect_all(inputs, trust_new_host=trust_new_host) if len(inputs) > 1 else {}
+    looking = _looking_up(inputs, recursive, trust_new_host, connected, found)
     for text in inputs:
-        if text in failed:
-            raise failed[text]
-        host, path = resolve_location(text, trust_new_host=trust_new_host)
-        local = host.name == "local"
-        if local:
-            path = os.path.expanduser(path)
-        elif connected is not None:
-            connected(host)
-        candidates = _candidates(host, text, path, missing)
-        for cand in candidates:
-            if host.is_dir(cand):
-                files = _logs_in(host, cand, recursive)
-                if not files:
-                    empty_dirs.append(cand)
+        try:
+            if text in looking:
+                host, files, lost, empty = looking[text].result()
             else:
-                files = [cand]
-            for p in files:
-                real = _real(p) if local else p
-                key = (host.name, real)
-                if key in seen:
-                    continue
+                host, files, lost, empty = _look_up(text, recursive, trust_new_host, connected)
+        except Exception:
+            for lookup in looking.values():  # no lookup left running (each one bounded)
+                lookup.join()
+            raise
+        missing.extend(lost)
+        empty_dirs.extend(empty)
+        for key in ((host.name, p) for _, p in files):
+            if key not in seen:
                 seen.add(key)
-                out.append((host, real))
+                out.append((host, key[1]))
     quiet = [_empty_dir(d, recursive) for d in empty_dirs]  # warned about without their hint
     missing.extend(quiet)
     if missing and not out:
@@ -82,6 +78,89 @@ def expand_inputs(
     for m in missing:
         warn(m.message if m in quiet else str(m))
     return out
+
+
+_Found = tuple[Any, list[tuple[Any, str]], list[ForensicsError], list[str]]
+
+
+def _look_up(
+    text: str,
+    recursive: bool,
+    trust_new_host: bool,
+    connected: Callable[[Any], None] | None,
+) -> _Found:
+    """One input: (its host, the (host, path) of the files it names, in order, what it
+    misses (``_candidates``), the folders it names that hold no log)."""
+    from forensics.hosts import resolve_location
+
+    host, path = resolve_location(text, trust_new_host=trust_new_host)
+    local = host.name == "local"
+    if local:
+        path = os.path.expanduser(path)
+    elif connected is not None:
+        connected(host)
+    files: list[tuple[Any, str]] = []
+    missing: list[ForensicsError] = []
+    empty_dirs: list[str] = []
+    for cand in _candidates(host, text, path, missing):
+        if host.is_dir(cand):
+            names = _logs_in(host, cand, recursive)
+            if not names:
+                empty_dirs.append(cand)
+        else:
+            names = [cand]
+        files.extend((host, _real(p) if local else p) for p in names)
+    return host, files, missing, empty_dirs
+
+
+class _Lookup(threading.Thread):
+    """(a thread) One remote input's host connected and its paths looked up
+    (``_look_up``); ``result`` gives them, or raises what failed, in the caller's turn."""
+
+    def __init__(self, k: int, text: str, how: tuple, found: Callable | None):
+        super().__init__(name="forensics-lookup", daemon=True)
+        self.k, self.text, self.how, self.found = k, text, how, found
+        self.got: _Found | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.got = _look_up(self.text, *self.how)
+        except BaseException as exc:  # noqa: BLE001 - raised in its input's turn
+            self.error = exc
+            return
+        if self.found is not None:
+            with contextlib.suppress(Exception):  # only an opening ahead: taken in turn
+                self.found(self.k, self.got[1])
+
+    def result(self) -> _Found:
+        self.join()  # bounded by the host's connect_timeout and op timeouts
+        if self.error is not None:
+            raise self.error
+        assert self.got is not None
+        return self.got
+
+
+def _looking_up(
+    inputs: list[str],
+    recursive: bool,
+    trust_new_host: bool,
+    connected: Callable[[Any], None] | None,
+    found: Callable | None,
+) -> dict[str, _Lookup]:
+    """With two inputs or more: a ``_Lookup`` started for each remote one (once per text:
+    an unreachable host costs its connect timeout once); none otherwise."""
+    if len(inputs) < 2:
+        return {}
+    from forensics.hosts import is_remote
+
+    looking: dict[str, _Lookup] = {}
+    how = (recursive, trust_new_host, connected)
+    for k, text in enumerate(inputs):
+        if text not in looking and is_remote(text):
+            looking[text] = _Lookup(k, text, how, found)
+            looking[text].start()
+    return looking
 
 
 def _real(path: str) -> str:
