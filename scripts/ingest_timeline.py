@@ -36,6 +36,7 @@ STEPS = (
     ("forensics.store.transaction", "Transaction", "commit"),
     # a parallel ingest's (several big logs): the inputs, each file's opening, its worker
     ("forensics.ingest.batch", "_files", None),
+    ("forensics.ingest.file", "_log_source", None),  # a log's opening (a thread per host)
     ("forensics.ingest.batch", "_prepare", None),
     ("forensics.ingest.pool", "_Worker", "__init__"),
     ("forensics.ingest.pool", "Pool", "submit"),

@@ -10,7 +10,12 @@ ingest's ``--jobs``) past the one the main process took last, so the logs of N h
 opened at once; the main process takes each (``take``) in its turn, as ``_open`` would have
 opened it, and, while it waits, starts a worker for every log opened that a worker will
 parse (``big``), which then imports the parser while the others are opened and fed. What is
-opened ahead is a stat and ``HEAD_BYTES``: nothing is held open, nothing is written."""
+opened ahead is a stat and ``HEAD_BYTES``: nothing is held open, nothing is written.
+
+With two remote inputs or more, the logs of each input are handed over as soon as its host is
+connected and its paths looked up (``add``, from forensics/ingest/inputs.py's lookup threads),
+before the other inputs are: a host that connects slowly holds back no other host's openings
+(docs/performance.md, "A slow host, twelfth stop")."""
 
 from __future__ import annotations
 
@@ -113,7 +118,8 @@ class OpenAhead:
             except BaseException as exc:  # noqa: BLE001 - raised where it is taken, in turn
                 got = (False, exc)
             with self._cond:
-                self._done[(name, path)] = got
+                if (name, path) in self._rank:  # else: none of the logs placed
+                    self._done[(name, path)] = got
                 self._cond.notify_all()
 
     def take(self, host: Any, path: str, like: str | None = None) -> tuple[Any, Any]:
