@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import forensics.ingest.file as ingest_file
+import forensics.ingest.inputs as inputs_module
 import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
@@ -291,3 +292,54 @@ def test_logs_added_input_by_input_are_opened_within_the_window_of_their_least_p
     finally:
         ahead.close()
     assert _no_thread_left()
+
+
+def test_the_inputs_errors_are_raised_in_input_order_not_as_they_come(
+    sshd_server, tmp_path, monkeypatch
+):
+    """Each remote input is looked up in a thread of its own: the first input's host fails
+    late (held, then refused), the second's name fails at once; the error raised is the
+    first input's, in one line, and nothing is stored."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from forensics import hosts
+    from forensics.cli import cli
+    from forensics.errors import EXIT_REMOTE
+    from forensics.localsshd import SlowPort
+
+    log = tmp_path / "a.log"
+    shutil.copy(FIXTURES / "sglang_baseline.log", log)
+    with socket.socket() as s:  # a port nobody listens on, behind a held port
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    failed = []
+    real_look_up = inputs_module._look_up
+
+    def look_up(text, *a):
+        try:
+            return real_look_up(text, *a)
+        except Exception:
+            failed.append(text)
+            raise
+
+    monkeypatch.setattr(inputs_module, "_look_up", look_up)
+    slow = SlowPort(dead, lambda: time.sleep(0.5))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORENSICS_HOME", str(tmp_path / "home"))
+    Path("forensics.toml").write_text(
+        sshd_server.toml("late", address=f"{sshd_server.user}@127.0.0.1:{slow.port}")
+    )
+    hosts.close_all()
+    try:
+        r = CliRunner().invoke(cli, ["ingest", f"late:{log}", f"nosuch:{log}", "--json"])
+    finally:
+        hosts.close_all()
+        slow.close()
+    assert failed == [f"nosuch:{log}", f"late:{log}"]  # the second failed first
+    assert r.exit_code == EXIT_REMOTE, r.output
+    assert r.output.startswith(f"Error: {sshd_server.user}@127.0.0.1:{slow.port}: "), r.output
+    assert len(r.output.splitlines()) == 1, r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "home" / "manifest.json").exists()
