@@ -174,12 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     global INTERRUPTED_SAID
     INTERRUPTED_SAID = False  # per call: tests call main in one process
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or debug_from_env()
-    from forensics.output import guard_stdout
+    from forensics.output import EXIT_AT_ONCE, ExitAtOnce, guard_stdout
 
     _tolerant_streams()
+    call: dict = {}  # this call's ctx.obj: what its command asks of the end (EXIT_AT_ONCE)
     try:
         with guard_stdout():  # a write to stdout that fails: one Error line, exit 2
-            rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False)
+            rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False, obj=call)
     except ForensicsError as exc:
         if debug:
             raise
@@ -210,7 +211,10 @@ def main(argv: list[str] | None = None) -> None:
         _unexpected(exc)
     finally:
         _close_hosts()
-    sys.exit(rv if isinstance(rv, int) else 0)
+    code = rv if isinstance(rv, int) else 0
+    if call.get(EXIT_AT_ONCE):
+        raise ExitAtOnce(code)
+    sys.exit(code)
 
 
 class _VisibleStream:

@@ -102,7 +102,7 @@ def ingest_cmd(
     from forensics import output
     from forensics.ingest import exit_code_for, ingest
 
-    output.EXIT_AT_ONCE = True  # no thread outlives ingest, its files are closed when it returns
+    ctx.obj[output.EXIT_AT_ONCE] = True  # no thread outlives ingest, its files are closed
     store = get_store(ctx)
     bar, progress = _progress_bar() if not as_json and sys.stderr.isatty() else (None, None)
     with bar if bar is not None else contextlib.nullcontext():

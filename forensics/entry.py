@@ -194,15 +194,15 @@ def _exit_at_once(exc: SystemExit) -> None:
     """End the process now with ``exc``'s status (``os._exit``), skipping the interpreter's
     teardown (modules cleared, objects freed one by one: ~8 ms after an ingest of 100 MB;
     docs/performance.md, "The tail of one ingest, eleventh stop"), where nothing is left for
-    it to do: the command asked for it (``forensics.output.EXIT_AT_ONCE``: its files are
-    closed when it returns), no other thread runs (none to join), the atexit handlers are
+    it to do: the command asked for it (``exc`` is ``forensics.output.ExitAtOnce``: its files
+    are closed when it returns), no other thread runs (none to join), the atexit handlers are
     run here, stdout and stderr are flushed. Returns otherwise (a status Python prints, a
     stream that cannot be flushed: the interpreter's exit reports it, as before)."""
     import sys
     import threading
 
-    out = sys.modules.get("forensics.output")
-    if not getattr(out, "EXIT_AT_ONCE", False) or threading.active_count() > 1:
+    at_once = getattr(sys.modules.get("forensics.output"), "ExitAtOnce", None)
+    if at_once is None or not isinstance(exc, at_once) or threading.active_count() > 1:
         return
     if exc.code is not None and not isinstance(exc.code, int):
         return

@@ -64,9 +64,18 @@ TARGET_KINDS: dict[str, str | None] = {
 # a FIFO (or device) whose reader takes no byte for this long is an error, not a hang
 STALL_S = 30.0
 
-# set by a command whose every file is closed when it returns (ingest): the entry point ends
-# the process at once then, without the interpreter's teardown (forensics.entry._exit_at_once)
-EXIT_AT_ONCE = False
+# the key a command sets in its click context's obj (``ctx.obj[EXIT_AT_ONCE] = True``) when
+# every file it writes is closed as it returns (ingest): forensics.cli.main then ends that one
+# call with ExitAtOnce, and the entry point ends the process at once, without the
+# interpreter's teardown (forensics.entry._exit_at_once). The obj is the call's own: a second
+# call in the same process (tests) starts without it.
+EXIT_AT_ONCE = "exit_at_once"
+
+
+class ExitAtOnce(SystemExit):
+    """The exit of a call whose command asked for EXIT_AT_ONCE: a SystemExit to every caller,
+    one that the entry point may end the process on with ``os._exit``."""
+
 
 STD_FDS = {1: "stdout", 2: "stderr"}  # written through the fd, never renamed over
 

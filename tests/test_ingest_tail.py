@@ -192,3 +192,38 @@ def test_ingest_ends_without_the_interpreters_teardown(tmp_path, command):
     assert p.stdout.rstrip().endswith("atexit ran")
     assert ("Ingested 1 file(s)" in p.stdout) == (command == "ingest")
     assert ("teardown ran" in p.stderr) == (command != "ingest")
+
+
+_SECOND_CALL = """
+import sys
+from click.testing import CliRunner
+from forensics.cli import cli, main
+home, log = sys.argv[1:]
+assert CliRunner().invoke(cli, ["--store", home, "ingest", log]).exit_code == 0
+try:
+    main(["--store", home, "ingest", log])
+except SystemExit as exc:
+    print("cli.main returned", exc.code)
+from forensics.entry import main as entry_main
+try:
+    entry_main(["--store", home, "runs", "--json"])
+except SystemExit as exc:
+    print("entry returned", exc.code)
+"""
+
+
+def test_the_exit_at_once_of_an_ingest_is_that_calls_only(tmp_path):
+    """Tests call the CLI in-process: an ingest's wish to end the process at once belongs to
+    its own call; a later call of the entry point for another command in the same process
+    returns its SystemExit to the caller (it used to inherit the wish: os._exit)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-c", _SECOND_CALL, str(tmp_path / "st"), str(LOG)],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "cli.main returned 0" in p.stdout, p.stdout
+    assert "entry returned 0" in p.stdout, p.stdout
