@@ -103,3 +103,14 @@ def test_a_log_stored_with_a_sha1_then_renamed_and_grown_continues(tmp_path, mon
     clean = Store.open(tmp_path / "clean")
     [whole] = ingest(clean, [str(c)]).files
     assert _rows(st, f.source_id) == _rows(clean, whole.source_id)
+
+
+def test_the_algorithm_of_a_stored_digest():
+    """One reading of a stored digest's algorithm, no digest included (a new source's)."""
+    assert hashing.algorithm(None) is None and hashing.algorithm("") is None
+    assert hashing.algorithm("ab" * 20) is hashing.HASHES["sha1"]
+    assert hashing.algorithm(_xxh3(b"x")) is hashing.CURRENT
+    assert hashing.algorithm("blake3:00") is None
+    assert hashing._Hasher(like=None).computes(None)
+    assert not hashing._Hasher(like=None).computes("ab" * 20)
+    assert hashing._Hasher(like="ab" * 20).computes("ab" * 20)

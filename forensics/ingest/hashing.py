@@ -55,8 +55,11 @@ HASHES: dict[str, Hash] = {
 CURRENT = HASHES["xxh3_128"]
 
 
-def algorithm(digest: str) -> Hash | None:
-    """The algorithm of a stored digest (None: one this version does not know)."""
+def algorithm(digest: str | None) -> Hash | None:
+    """The algorithm of a stored digest (None: no digest, or one this version does not
+    know)."""
+    if not digest:
+        return None
     name, sep, _ = digest.rpartition(":")
     return HASHES.get(name) if sep else HASHES["sha1"]
 
@@ -73,7 +76,7 @@ class _Hasher:
         self._start(like)
 
     def _start(self, like: str | None) -> None:
-        also = algorithm(like) if like else None
+        also = algorithm(like)
         self.algs = (CURRENT,) if also in (None, CURRENT) else (CURRENT, also)
         self.hs = [a.new() for a in self.algs]
         self.size = 0
@@ -81,7 +84,7 @@ class _Hasher:
     def computes(self, like: str | None) -> bool:
         """Whether this hasher computes the algorithm of the stored digest ``like`` (True for
         None, or for an algorithm this version does not know: compared unequal anyway)."""
-        also = algorithm(like) if like else None
+        also = algorithm(like)
         return also is None or also in self.algs
 
     def digest(self, alg: Hash | None = None) -> str:
