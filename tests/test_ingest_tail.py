@@ -227,3 +227,54 @@ def test_the_exit_at_once_of_an_ingest_is_that_calls_only(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "cli.main returned 0" in p.stdout, p.stdout
     assert "entry returned 0" in p.stdout, p.stdout
+
+
+def _conform_spy(monkeypatch, fail: str | None = None) -> list[tuple[str, str]]:
+    """forensics.tables.conform recorded as (table, thread name) per call; ``fail``: the
+    table whose rows it refuses (StoreSchemaError)."""
+    import threading
+
+    import forensics.tables as tables
+
+    calls: list[tuple[str, str]] = []
+    real = tables.conform
+
+    def conform(table, df):
+        calls.append((table, threading.current_thread().name))
+        if table == fail:
+            raise tables.StoreSchemaError(f"table {table!r}: refused by the test")
+        return real(table, df)
+
+    monkeypatch.setattr(tables, "conform", conform)
+    return calls
+
+
+def test_the_redacted_rows_of_the_commit_are_checked_in_the_committing_thread(
+    tmp_path, monkeypatch
+):
+    """polars compiles the redaction's patterns once per thread: the runs rows and the
+    verdicts of one commit are redacted by the thread that commits (each once), the other
+    tables' parts by the flush threads."""
+    import threading
+
+    calls = _conform_spy(monkeypatch)
+    assert ingest(Store.open(tmp_path / "st"), [str(LOG)]).files[0].status == "new"
+    main = threading.current_thread().name
+    assert [t for t, th in calls if th == main] == ["runs", "verdicts"], calls
+    assert all(th.startswith("forensics-flush") for t, th in calls if t not in ("runs", "verdicts"))
+
+
+def test_a_refused_redaction_in_the_commit_leaves_the_store_as_it_was(tmp_path, monkeypatch):
+    """The runs rows refused while the flush threads write the other parts: the error is the
+    ingest's, the parts written are removed, nothing is committed."""
+    from forensics.errors import ForensicsError
+
+    store = Store.open(tmp_path / "st")
+    ingest(store, [str(FIXTURES / "sglang_baseline.log")])
+    before = _manifest(store)
+    parts = sorted((tmp_path / "st" / "tables").rglob("*"))
+    _conform_spy(monkeypatch, fail="runs")
+    with pytest.raises(ForensicsError, match="refused by the test"):
+        ingest(store, [str(LOG)])
+    assert _manifest(store) == before
+    assert sorted((tmp_path / "st" / "tables").rglob("*")) == parts

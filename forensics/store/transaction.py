@@ -144,12 +144,17 @@ class Transaction:
         """Write every staged group, FLUSH_THREADS parts at once (polars writes without the
         GIL): at commit the last part of each table is written, and the verdict step and the
         end of the ingest wait for them (issue 15). The parts are listed in the order of the
-        groups, as one at a time would list them.
+        groups, as one at a time would list them; where one fails, those written are listed
+        too (for the abort to remove) and its error is raised.
 
-        The rows of a redacted table (forensics/tables.py: an ingest's runs) are checked in
-        this thread, while the pool writes the others: polars compiles a regex once per
-        thread that uses it (the redaction's two, ~5 ms each), so once here, and not again
-        for what this thread writes next (the ingest's verdicts, the same commit)."""
+        One step is this thread's own: the rows of a redacted table (forensics/tables.py: an
+        ingest's runs) are checked and redacted here, once the pool has the other groups to
+        write, and then written by the pool. polars compiles a regex once per thread that
+        uses it (the redaction's two, ~5 ms each): compiled here, they serve this thread's
+        next redaction too (the ingest's verdicts, checked here for the same commit), where a
+        flush thread compiled them a second time (docs/performance.md, "The tail of one
+        ingest, eleventh stop"). Not redacted as each log's rows are staged: a call costs
+        ~2.2 ms of CPU with the patterns compiled (a runs row, twelfth stop), once a log."""
         from concurrent.futures import Future, ThreadPoolExecutor
 
         from forensics.tables import TABLES, conform
@@ -158,38 +163,31 @@ class Transaction:
         if not taken:
             return
 
-        def write(group: tuple[str, str], items: list, rows: Any = None) -> tuple[str, Path]:
+        def here(group: tuple[str, str]) -> bool:
+            return getattr(TABLES.get(group[0]), "redact", False)
+
+        def write(group: tuple[str, str], items: list, rows: Any) -> tuple[str, Path]:
             done = rows is not None  # checked and redacted here already
             rows = _union(items) if rows is None else rows
             return self._write_file(group[0], rows, SHARED + group[1], conformed=done)
 
-        here = [(g, items) for g, items in taken if getattr(TABLES.get(g[0]), "redact", False)]
-        mine = {g for g, _ in here}
         jobs: dict[tuple[str, str], Future] = {}
-        with ThreadPoolExecutor(min(FLUSH_THREADS, len(taken)), "forensics-flush") as pool:
-            for group, items in taken:
-                if group not in mine:
-                    jobs[group] = pool.submit(write, group, items)
-            for group, items in here:
-                try:
-                    rows = conform(group[0], _union(items))
-                except Exception as exc:  # noqa: BLE001 - as a write's error, below
-                    jobs[group] = Future()
-                    jobs[group].set_exception(exc)
-                    continue
-                jobs[group] = pool.submit(write, group, items, rows)
-        first: BaseException | None = None
-        for group, items in taken:
-            job = jobs[group]
-            if job.exception() is not None:  # the parts that were written are listed to abort
-                first = first or job.exception()
-                continue
-            name, tmp = job.result()
-            self._new.append((group[0], name, tmp))
-            self._shared(group, name, items)
-        self.dirty = True
-        if first is not None:
-            raise first
+        try:
+            with ThreadPoolExecutor(min(FLUSH_THREADS, len(taken)), "forensics-flush") as pool:
+                for group, items in sorted(taken, key=lambda t: here(t[0])):  # the pool's first
+                    rows = conform(group[0], _union(items)) if here(group) else None
+                    jobs[group] = pool.submit(write, group, items, rows)
+        finally:
+            self.dirty = True
+            for group, items in taken:  # the parts written, listed (the abort removes them)
+                job = jobs.get(group)
+                if job is not None and job.exception() is None:
+                    name, tmp = job.result()
+                    self._new.append((group[0], name, tmp))
+                    self._shared(group, name, items)
+        for job in jobs.values():
+            if job.exception() is not None:
+                raise job.exception()
 
     def _take(self, group: tuple[str, str]) -> list[tuple[str, pl.DataFrame]]:
         self._staged_rows.pop(group, None)
