@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import forensics.ingest.batch as batch_mod
 import forensics.ingest.hashing as hashing
 from forensics.ingest import ingest
@@ -111,9 +113,12 @@ NOT_IMPORTED = (
 )
 
 
-def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path):
+@pytest.mark.parametrize("stored_by", ["xxh3_128", "sha1"])
+def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path, stored_by):
     """One unchanged file, as big as to be hashed in a thread beside its reads (its
-    threshold lowered in the probe); the same outcome as before."""
+    threshold lowered in the probe); the same outcome as before. ``sha1``: stored by the
+    release before xxh3_128, so this re-ingest also commits its record's new digest (twelfth
+    stop): a commit of records alone, which loads nothing more."""
     log = tmp_path / "x.log"
     shutil.copy(FIXTURES / LOGS[0], log)
     env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
@@ -127,12 +132,13 @@ def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path):
         "                     ['secret rules compiled'] * compiled))\n"
         "atexit.register(said)\n"
         "import forensics.ingest.hashing as h; h.BESIDE_MIN_BYTES = 1\n"
-        "from forensics.entry import main; main()"
+        "if sys.argv[1] == 'sha1': h.CURRENT = h.HASHES['sha1']\n"
+        "from forensics.entry import main; main(sys.argv[2:])"
     )
     outs = []
-    for _ in range(2):  # new, then unchanged
+    for by in (stored_by, "xxh3_128"):  # new, then unchanged
         p = subprocess.run(
-            [sys.executable, "-c", probe, "ingest", "--json", str(log)],
+            [sys.executable, "-c", probe, by, "ingest", "--json", str(log)],
             env=env,
             capture_output=True,
         )
@@ -143,6 +149,8 @@ def test_an_unchanged_reingest_loads_only_what_it_uses(tmp_path):
     assert again["files_by_status"] == {"unchanged": 1}
     assert [f["runs"] for f in again["file_details"]] == [f["runs"] for f in new["file_details"]]
     assert loaded == []
+    [record] = json.loads((tmp_path / "st" / "manifest.json").read_text())["sources"].values()
+    assert record["content_hash"].startswith("xxh3_128:")
 
 
 def test_a_ctrl_c_while_the_hash_thread_starts_leaves_no_thread(monkeypatch):

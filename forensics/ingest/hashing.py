@@ -5,8 +5,10 @@ the very reads the parse makes (the log source feeds it every byte it reads, str
 A digest names its algorithm (``HASHES``): ``xxh3_128:<32 hex>`` is written; a bare 40-hex
 digest is the sha1 that stores written before it hold. A stored digest is compared with the
 file's digest of the same algorithm (``_Hasher(like=...)``, ``of_file(..., like=...)``), so an
-old store's unchanged log is still unchanged and a changed one still changed; a record is
-rewritten, with the current algorithm, only when its log is parsed again (grown or rewritten).
+old store's unchanged log is still unchanged and a changed one still changed. A record is
+rewritten with the current algorithm when its log is parsed again (grown or rewritten), or
+verified unchanged: the current digest comes from the same read (twelfth stop), so sha1 is
+computed once, not at every re-ingest.
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ def algorithm(digest: str | None) -> Hash | None:
         return None
     name, sep, _ = digest.rpartition(":")
     return HASHES.get(name) if sep else HASHES["sha1"]
+
+
+def outdated(digest: str) -> bool:
+    """Whether a stored digest is of another algorithm than the one written (an older
+    store's sha1: rewritten where its log is verified unchanged, ``_compare``)."""
+    return algorithm(digest) is not CURRENT
 
 
 class _Hasher:

@@ -11,7 +11,6 @@ commit to the store (``Store._gc``) removes the folders whose process is gone. N
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -26,6 +25,8 @@ def new_staging(root: Path) -> Path:
 
 
 def remove_staging(folder: Path) -> None:
+    import shutil  # (~7 ms: not for a commit that finds no folder to remove)
+
     shutil.rmtree(folder, ignore_errors=True)
 
 
