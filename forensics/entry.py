@@ -143,7 +143,39 @@ def _interrupt_once(signum: int, frame: object) -> None:
     if _last_interrupt and now - _last_interrupt[-1] < ONE_INTERRUPT_S:
         return
     _last_interrupt.append(now)
+    _last_signal[:] = [signum]
     raise KeyboardInterrupt
+
+
+_last_signal: list[int] = []  # the signal of the last KeyboardInterrupt raised
+AGAIN_S = 0.005  # an ignored interrupt is raised again this long after (_interrupt_ignored)
+
+
+def _deliver_later(signum: int, main: int) -> None:
+    import time
+
+    time.sleep(AGAIN_S)  # the main thread meanwhile leaves the hook (and, if not, comes back)
+    signal.pthread_kill(main, signum)  # to the main thread: a wait of its own is cut short
+
+
+def _interrupt_ignored(unraisable: object) -> None:
+    """``sys.unraisablehook``: an interrupt that landed where Python ignores exceptions (a
+    weakref callback, a ``__del__``, a garbage collection's callback) was lost: printed as
+    "Exception ignored in ..." with its traceback, and the command went on (a SIGTERM of a
+    parallel ingest ended it with status 0). It is delivered again, to the main thread's
+    handler, once that code has returned; anything else goes to Python's own hook."""
+    import _thread
+    import sys
+
+    if issubclass(getattr(unraisable, "exc_type", type(None)), KeyboardInterrupt):
+        if _last_signal:
+            _last_interrupt.clear()  # not a second press: the first one, again
+            # raised here, the handler would run here, in this hook, and be ignored again; a
+            # thread raises it once this has returned (a thread of ``_thread``: threading's
+            # start waits in Python code, where the handler would run too)
+            _thread.start_new_thread(_deliver_later, (_last_signal[0], _thread.get_ident()))
+        return
+    sys.__unraisablehook__(unraisable)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,16 +251,17 @@ def _exit_at_once(exc: SystemExit) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
+    import sys
+
     try:
         from forensics.cli import main as cli_main
 
         _handle_interrupts(_interrupt_once)
+        sys.unraisablehook = _interrupt_ignored
         cli_main(argv)
     except KeyboardInterrupt:
         # before forensics.cli.main's handling, or escaping it (a second KeyboardInterrupt of
         # the same Ctrl-C, forensics.errors): one line, unless it said it already
-        import sys
-
         cli = sys.modules.get("forensics.cli")
         _interrupted(say=not getattr(cli, "INTERRUPTED_SAID", False))
     except Exception as exc:

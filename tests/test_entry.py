@@ -142,3 +142,37 @@ def test_importlib_metadata_runs_when_first_read_not_when_polars_imports_it():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "True", "False"], out.stdout + out.stderr
+
+
+# an interrupt that lands inside a weakref callback, where Python ignores exceptions
+IGNORED = """
+import os, signal, sys, time, weakref
+import forensics.entry as e
+e._handle_interrupts(e._interrupt_once)
+sys.unraisablehook = e._interrupt_ignored
+class A:
+    pass
+def callback(_):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):  # the handler runs here, inside the callback
+        pass
+a = A()
+r = weakref.ref(a, callback)
+try:
+    del a
+    time.sleep(10)
+    print("lost")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_an_interrupt_python_ignored_in_a_callback_is_delivered_again():
+    """A SIGTERM whose KeyboardInterrupt was raised in a weakref callback was lost ("Exception
+    ignored in ..." and a traceback on stderr; a parallel ingest went on and exited 0): it is
+    raised again once the callback returned, and nothing is printed."""
+    got = subprocess.run(
+        [sys.executable, "-c", IGNORED], capture_output=True, text=True, timeout=60
+    )
+    assert got.stdout.strip() == "interrupted", got.stderr
+    assert "Exception ignored" not in got.stderr and "Traceback" not in got.stderr

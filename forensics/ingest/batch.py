@@ -56,7 +56,6 @@ def ingest(
     """Ingest every log and benchmark results file the inputs name. Raises InputNotFound
     when none exists. ``run``: attach the results files to this run (else by time/server).
     ``jobs``: worker processes parsing files at once (default: the cores; 1: none)."""
-    from forensics.bench_results import is_results_file
     from forensics.ingest.heap import cap_polars_threads, one_arena
 
     one_arena()  # before the ingest's threads start (forensics/ingest/heap.py)
@@ -74,12 +73,7 @@ def ingest(
         drop_pool(early)
         close_ahead(ahead)
         raise
-    logs = sum(1 for _, p in files if not is_results_file(p))
-    if logs > 1 and not jobs:
-        from forensics.ingest.heap import default_jobs
-
-        jobs = default_jobs()
-    jobs = jobs if logs > 1 else 1  # one file: parsed here, no worker (no pool imported)
+    jobs = _jobs_for(files, jobs)
     _expect_streams(files, jobs)
     # set before this ingest: an earlier one stopped before its verdict step (read before
     # this ingest's own commits set it again)
@@ -122,6 +116,20 @@ def ingest(
     summary.seconds = time.monotonic() - t0
     raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
+
+
+def _jobs_for(files: list[tuple[Any, str]], jobs: int | None) -> int:
+    """The worker processes for ``files``: ``jobs``, by default the cores; 1 for one log (it
+    is parsed here: no worker, no pool imported)."""
+    from forensics.bench_results import is_results_file
+
+    if sum(1 for _, p in files if not is_results_file(p)) <= 1:
+        return 1
+    if jobs:
+        return jobs
+    from forensics.ingest.heap import default_jobs
+
+    return default_jobs()
 
 
 def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
