@@ -57,6 +57,11 @@ def _handle_interrupts(handler: object) -> None:
 
 _handle_interrupts(_while_importing)
 
+# the import finders' plumbing (standard library only), and modules polars imports and an
+# ingest never reads (importlib.metadata) run when first read (forensics/unread.py; the ingest
+# workers install it too)
+from forensics.unread import Wrapping, wrapped_spec  # noqa: E402 - after the handlers
+from forensics.unread import install as _run_when_read  # noqa: E402
 
 # modules whose initialisation an interrupt must not land in: it is delivered when they are
 # imported (polars: a KeyboardInterrupt inside its Rust start-up, on_startup.rs, is a panic)
@@ -72,31 +77,10 @@ class _Deferring:
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
         if name not in UNINTERRUPTIBLE_IMPORTS or name in _importing:
             return None
-        import sys
-
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _DeferringLoader(spec.loader, name)
-                return spec
-        return None
+        return wrapped_spec(self, name, path, target, _DeferringLoader)
 
 
-class _DeferringLoader:
-    def __init__(self, loader: object, name: str):
-        self._loader = loader
-        self._name = name
-
-    def __getattr__(self, attr: str) -> object:  # resources, is_package, ...: the real loader's
-        return getattr(self._loader, attr)
-
-    def create_module(self, spec: object) -> object:
-        return self._loader.create_module(spec)  # type: ignore[attr-defined]
-
+class _DeferringLoader(Wrapping):
     def exec_module(self, module: object) -> None:
         _importing.append(self._name)
         try:
@@ -117,10 +101,6 @@ def _defer_interrupts_in_imports() -> None:
 
 _defer_interrupts_in_imports()
 
-
-# modules polars imports and an ingest never reads (importlib.metadata) run when first read
-# (forensics/unread.py; the ingest workers install it too)
-from forensics.unread import install as _run_when_read  # noqa: E402 - after the handlers
 
 _run_when_read()
 

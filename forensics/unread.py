@@ -12,6 +12,38 @@ is imported. Only the standard library, nothing else imported.
 RUN_WHEN_READ = frozenset({"importlib.metadata"})
 
 
+def wrapped_spec(me: object, name: str, path: object, target: object, wrap: type) -> object:
+    """(a ``sys.meta_path`` finder ``me``) The spec of ``name`` as the finders after it give
+    it, its loader wrapped by ``wrap`` (a ``Wrapping``), or None. Also used by the entry
+    point's finder of the imports an interrupt must wait for (forensics/entry.py)."""
+    import sys
+
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if isinstance(finder, type(me)) or find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = wrap(spec.loader, name)
+            return spec
+    return None
+
+
+class Wrapping:
+    """A module's loader, its ``exec_module`` a subclass's; everything else the real one's."""
+
+    def __init__(self, loader: object, name: str):
+        self._loader = loader
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:  # resources, is_package, ...: the real loader's
+        return getattr(self._loader, attr)
+
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)  # type: ignore[attr-defined]
+
+
 class _Unread:
     """A ``sys.meta_path`` finder: the spec of a RUN_WHEN_READ module, as the other finders
     give it, with a loader that leaves it empty (its name, spec, path set: submodules import)
@@ -21,30 +53,10 @@ class _Unread:
     def find_spec(self, name: str, path: object = None, target: object = None) -> object:
         if name not in RUN_WHEN_READ:
             return None
-        import sys
-
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if isinstance(finder, _Unread) or find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _RunWhenRead(spec.loader)
-                return spec
-        return None
+        return wrapped_spec(self, name, path, target, _RunWhenRead)
 
 
-class _RunWhenRead:
-    def __init__(self, loader: object):
-        self._loader = loader
-
-    def __getattr__(self, attr: str) -> object:  # resources, is_package, ...: the real loader's
-        return getattr(self._loader, attr)
-
-    def create_module(self, spec: object) -> object:
-        return self._loader.create_module(spec)  # type: ignore[attr-defined]
-
+class _RunWhenRead(Wrapping):
     def exec_module(self, module: object) -> None:
         import _thread
 

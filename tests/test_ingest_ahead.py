@@ -227,19 +227,26 @@ def test_a_worker_imports_the_parser_before_its_first_file(tmp_path):
         w.conn.close()
 
 
+def _local_logs(tmp_path: Path, n: int) -> list[tuple]:
+    """``n`` one-line logs, as (the local host, path)."""
+    from forensics.hosts import get_host
+
+    local = get_host("local")
+    files = []
+    for i in range(n):
+        p = tmp_path / f"{i}.log"
+        p.write_text(f"line {i}\n")
+        files.append((local, str(p)))
+    return files
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_open_ahead_keeps_within_its_window(tmp_path, n):
     """No more than ``window`` logs past the last one taken are opened (a stale stat, held
     heads), and each is given in its turn with its hasher."""
-    from forensics.hosts import get_host
     from forensics.ingest.ahead import OpenAhead
 
-    local = get_host("local")
-    files = []
-    for i in range(6):
-        p = tmp_path / f"{i}.log"
-        p.write_text(f"line {i}\n")
-        files.append((local, str(p)))
+    files = _local_logs(tmp_path, 6)
     ahead = OpenAhead(n)
     ahead.place(files, None)
     try:
@@ -262,15 +269,9 @@ def test_logs_added_input_by_input_are_opened_within_the_window_of_their_least_p
     """Inputs looked up out of order (``add``): each log opened once its least place (the
     inputs not looked up yet counting none) is within the window; then placed, each is
     given in its turn."""
-    from forensics.hosts import get_host
     from forensics.ingest.ahead import OpenAhead
 
-    local = get_host("local")
-    files = []
-    for i in range(4):
-        p = tmp_path / f"{i}.log"
-        p.write_text(f"line {i}\n")
-        files.append((local, str(p)))
+    files = _local_logs(tmp_path, 4)
 
     def opened(n: int) -> list[str]:
         deadline = time.monotonic() + 30
