@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import click
 
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
 
     _tolerant_streams()
     call: dict = {}  # this call's ctx.obj: what its command asks of the end (EXIT_AT_ONCE)
+    threads_hook = threading.excepthook
+    threading.excepthook = _thread_failed_hook(debug)
     try:
         with guard_stdout():  # a write to stdout that fails: one Error line, exit 2
             rv = cli.main(args=argv, prog_name="forensics", standalone_mode=False, obj=call)
@@ -211,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         _unexpected(exc)
     finally:
         _close_hosts()
+        threading.excepthook = threads_hook
     code = rv if isinstance(rv, int) else 0
     if call.get(EXIT_AT_ONCE):
         raise ExitAtOnce(code)
@@ -248,6 +253,41 @@ def _tolerant_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         if not writes_unicode(stream) and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
+
+
+# exceptions of library threads that are no error of the command: (the end of the thread's
+# file name, its function, the exception's type). paramiko's SFTP read-ahead thread of a file
+# given up early (it shrank while read: the read says so, ReadIncomplete) still sends its
+# requests, and fails once the connection is closed.
+QUIET_THREAD_FAILURES = (("paramiko/sftp_file.py", "_prefetch_thread", OSError),)
+
+
+def _thread_failed_hook(debug: bool) -> Any:
+    """``threading.excepthook`` for one command: an exception no thread of a command caught is
+    one line on stderr, never Python's traceback (with --debug, the traceback); those of
+    QUIET_THREAD_FAILURES nothing."""
+
+    def hook(args: Any) -> None:
+        if debug or args.exc_type is SystemExit:
+            threading.__excepthook__(args)
+            return
+        tb = args.exc_traceback
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            for file, func, kind in QUIET_THREAD_FAILURES:
+                if issubclass(args.exc_type, kind) and code.co_name == func:
+                    if code.co_filename.replace(os.sep, "/").endswith(file):
+                        return
+            tb = tb.tb_next
+        name = getattr(args.thread, "name", None) or "?"
+        click.echo(
+            f"Warning: internal error in a background thread ({name}): "
+            f"{args.exc_type.__name__}: {shown(str(args.exc_value))} "
+            "(this is a bug; rerun with --debug for the traceback)",
+            err=True,
+        )
+
+    return hook
 
 
 def _unexpected(exc: BaseException) -> None:
