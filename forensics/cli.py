@@ -280,11 +280,12 @@ def _thread_failed_hook(debug: bool) -> Any:
                         return
             tb = tb.tb_next
         name = getattr(args.thread, "name", None) or "?"
-        click.echo(
+        echo(  # one line for people: made visible, secrets hidden
             f"Warning: internal error in a background thread ({name}): "
-            f"{args.exc_type.__name__}: {shown(str(args.exc_value))} "
+            f"{args.exc_type.__name__}: {args.exc_value} "
             "(this is a bug; rerun with --debug for the traceback)",
             err=True,
+            wrap=False,
         )
 
     return hook
