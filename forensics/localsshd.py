@@ -195,7 +195,7 @@ def local_sshd(d: Path) -> LocalSSHD:
     proc, port, log = start_sshd(d, host_key, auth)
     pub = " ".join((d / "host_ed25519.pub").read_text().split()[:2])
     known = d / "known_hosts"
-    known.write_text(f"[127.0.0.1]:{port} {pub}\n")
+    known.write_text(known_hosts_line(port, pub))
     return LocalSSHD(
         host="127.0.0.1",
         port=port,
@@ -207,6 +207,11 @@ def local_sshd(d: Path) -> LocalSSHD:
         log=log,
         proc=proc,
     )
+
+
+def known_hosts_line(port: int, host_key_pub: str) -> str:
+    """The known_hosts line of a loopback sshd (or a port in front of it) on ``port``."""
+    return f"[127.0.0.1]:{port} {host_key_pub}\n"
 
 
 class SlowPort:
@@ -221,9 +226,6 @@ class SlowPort:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, name="slow-port", daemon=True).start()
-
-    def known_hosts_line(self, host_key_pub: str) -> str:
-        return f"[127.0.0.1]:{self.port} {host_key_pub}\n"
 
     def _accept(self) -> None:
         while True:

@@ -30,11 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def hosts_toml(d: Path, sshd, n: int, slow: int | None, port: int) -> str:
     """N entries of the sshd, each its own known_hosts file; entry ``slow`` through ``port``."""
+    from forensics.localsshd import known_hosts_line
+
     entries = []
     for i in range(n):
         known = d / f"known_hosts-{i}"
         if i == slow:
-            known.write_text(f"[127.0.0.1]:{port} {sshd.host_key_pub}\n")
+            known.write_text(known_hosts_line(port, sshd.host_key_pub))
             address = f"{sshd.user}@127.0.0.1:{port}"
             entries.append(sshd.toml(f"bench{i}", known_hosts=str(known), address=address))
         else:

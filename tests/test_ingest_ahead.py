@@ -99,7 +99,7 @@ def test_a_slow_host_holds_back_no_other_hosts_lookup_nor_opening(
     slowest connect, then went one input after the other); the files, their order and the
     store are those of a serial ingest."""
     from forensics import hosts
-    from forensics.localsshd import SlowPort
+    from forensics.localsshd import SlowPort, known_hosts_line
 
     log = tmp_path / "a.log"
     shutil.copy(FIXTURES / "sglang_baseline.log", log)
@@ -107,7 +107,7 @@ def test_a_slow_host_holds_back_no_other_hosts_lookup_nor_opening(
     others_opened = threading.Event()
     slow = SlowPort(sshd_server.port, lambda: others_opened.wait(30))
     slow_known = tmp_path / "known_slow"
-    slow_known.write_text(slow.known_hosts_line(sshd_server.host_key_pub))
+    slow_known.write_text(known_hosts_line(slow.port, sshd_server.host_key_pub))
     toml = sshd_server.toml(
         "slow",
         address=f"{sshd_server.user}@127.0.0.1:{slow.port}",
