@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import NamedTuple
 
 # the letters a pattern that ignores case takes for ASCII ones, which ``lower`` does not make
 # them (`ı`, `ſ`; `İ` lowers to `i` and a combining dot): a literal is sought past them too
@@ -23,27 +24,43 @@ STARTS = ("at", "after", "word")  # where a rule's matches start (None: anywhere
 DENSE = 16  # a literal every DENSE characters or closer: the text is searched whole
 
 
-class Rule:
-    """A row of ``secrets.RULES``, its pattern compiled when first searched (``rx``): most
-    texts hold no literal of most rules, and compiling all 40 took ~8 ms of the first chunk
-    an ingest reads (a server log's lines call for 4 of them). Two threads searching at once
-    may both compile it: the same pattern either way."""
+class LazyRegex:
+    """A regular expression compiled when first used (``rx``): most patterns of a table are
+    never needed by most texts (the secrets rules here, the parser's line rules,
+    forensics_parsers/sglang/rules.py). Two threads using it at once may both compile it: the
+    same pattern either way."""
 
-    __slots__ = ("pattern", "literals", "folded", "start", "_rx")
+    __slots__ = ("pattern", "_rx")
 
-    def __init__(self, pattern: str, literals: tuple[str, ...], folded: bool, start: str | None):
+    def __init__(self, pattern: str):
         self.pattern = pattern
-        self.literals = literals  # () : searched in every text
-        # the pattern ignores case: its literals (lower case) are sought folded
-        self.folded = folded
-        self.start = start  # one of STARTS: where its matches start, relative to its literals
         self._rx: re.Pattern[str] | None = None
 
     @property
     def rx(self) -> re.Pattern[str]:
-        if self._rx is None:
-            self._rx = re.compile(self.pattern)
-        return self._rx
+        rx = self._rx
+        if rx is None:
+            rx = self._rx = re.compile(self.pattern)
+        return rx
+
+    @property
+    def compiled(self) -> bool:
+        return self._rx is not None
+
+
+class Rule(NamedTuple):
+    """A row of ``secrets.RULES``, its pattern compiled when first searched (``rx``): most
+    texts hold no literal of most rules, and compiling all 40 took ~8 ms of the first chunk
+    an ingest reads (a server log's lines call for 4 of them)."""
+
+    regex: LazyRegex
+    literals: tuple[str, ...]  # () : searched in every text
+    folded: bool  # the pattern ignores case: its literals (lower case) are sought folded
+    start: str | None  # one of STARTS: where its matches start, relative to its literals
+
+    @property
+    def rx(self) -> re.Pattern[str]:
+        return self.regex.rx
 
 
 def compiled(rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, str]) -> list[Rule]:
@@ -57,7 +74,7 @@ def compiled(rules: list[tuple[str, tuple[str, ...], str]], starts: dict[str, st
         assert start is None or (start in STARTS and literals), name
         if start == "word":
             assert all(re.fullmatch(r"[\w-]+", w) for w in literals), name
-        out.append(Rule(pattern, literals, folded, start))
+        out.append(Rule(LazyRegex(pattern), literals, folded, start))
     return out
 
 

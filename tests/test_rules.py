@@ -152,9 +152,9 @@ def test_a_rule_pattern_is_compiled_when_a_message_first_needs_it():
 
     code = (
         "from forensics_parsers.sglang import rules as R\n"
-        "before = sum(rx is not None for rx in R._RX)\n"
+        "before = sum(p.compiled for p in R._RX)\n"
         "R.find_rule('Load weight end. type=LlamaForCausalLM')\n"
-        "print(before, 0 < sum(rx is not None for rx in R._RX) < len(R._RX))\n"
+        "print(before, 0 < sum(p.compiled for p in R._RX) < len(R._RX))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "True"], out.stdout + out.stderr

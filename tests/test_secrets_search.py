@@ -182,8 +182,8 @@ def test_a_rule_is_compiled_only_for_a_text_that_holds_one_of_its_literals():
     rules = secret_search.compiled(secrets.RULES, secrets.STARTS)
     plain = Text("[2026-01-01 00:00:00] Decode batch, #running-req: 1, gen throughput: 2.5")
     assert all(matches(rule, plain) == [] for rule in rules)
-    assert [rule for rule in rules if rule._rx is not None] == []
+    assert [rule for rule in rules if rule.regex.compiled] == []
     keyed = Text("api_key='sk-0123456789abcdef0123456789abcdef'")
-    searched = [rule for rule in rules if matches(rule, keyed) is not None and rule._rx is not None]
+    searched = [rule for rule in rules if matches(rule, keyed) is not None and rule.regex.compiled]
     assert searched and len(searched) < len(rules)
     assert all(any(w in keyed.low for w in rule.literals) for rule in searched)

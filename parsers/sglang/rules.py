@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics_parsers.prefixes import PrefixFinder
+from forensics_parsers.secret_search import LazyRegex
 from forensics_parsers.sglang import stages as E
 
 # --------------------------------------------------------------------------------------
@@ -319,14 +320,7 @@ RULES: list[Rule] = [
 BY_NAME = {r.name: r for r in RULES}
 # each rule's own pattern, compiled when find_rule first needs it (a log's lines call for a
 # few of them; all 56 took ~2 ms of every process that imports the parser)
-_RX: list[re.Pattern[str] | None] = [None] * len(RULES)
-
-
-def _rx(i: int) -> re.Pattern[str]:
-    rx = _RX[i]
-    if rx is None:
-        rx = _RX[i] = re.compile(RULES[i].pattern)
-    return rx
+_RX = [LazyRegex(r.pattern) for r in RULES]
 
 
 _STYLE_RX = {r.name: (r.style[0], re.compile(r.style[1])) for r in RULES if r.style}
@@ -399,11 +393,11 @@ def find_rule(msg: str) -> tuple[Rule, re.Match[str]] | None:
         for i in _FLOATING:
             if i > first:
                 break
-            mm = (_RX[i] or _rx(i)).search(msg)
+            mm = _RX[i].rx.search(msg)
             if mm:
                 return RULES[i], mm
     if first < len(RULES):
-        return RULES[first], (_RX[first] or _rx(first)).match(msg)
+        return RULES[first], _RX[first].rx.match(msg)
     return None
 
 
