@@ -67,6 +67,23 @@ class LocalSSHD:
         )
         return f"[hosts.{name}]\n{body}\n"
 
+    def entries(self, d: Path, n: int, through: dict[int, int] | None = None) -> str:
+        """``n`` host entries ``bench0``... of this server, each with a known_hosts file of its
+        own (in ``d``), so each is a connection of its own, as N real hosts are (entries that
+        differ only by name share one); entry ``i`` of ``through`` reaches it through that
+        port (a SlowPort in front of it)."""
+        entries = []
+        for i in range(n):
+            known = d / f"known_hosts-{i}"
+            if through and i in through:
+                known.write_text(known_hosts_line(through[i], self.host_key_pub))
+                address = f"{self.user}@127.0.0.1:{through[i]}"
+                entries.append(self.toml(f"bench{i}", known_hosts=str(known), address=address))
+            else:
+                shutil.copyfile(self.known_hosts, known)
+                entries.append(self.toml(f"bench{i}", known_hosts=str(known)))
+        return "\n".join(entries)
+
     def stop(self) -> None:
         if self.proc is None:
             return

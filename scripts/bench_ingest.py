@@ -383,12 +383,7 @@ class _Loopback:
         d = OUT / "sshd"
         shutil.rmtree(d, ignore_errors=True)
         self.sshd = local_sshd(d)
-        entries = []
-        for i in range(hosts):
-            known = d / f"known_hosts-{i}"
-            shutil.copyfile(self.sshd.known_hosts, known)
-            entries.append(self.sshd.toml(f"bench{i}", known_hosts=str(known)))
-        self.toml = "\n".join(entries)
+        self.toml = self.sshd.entries(d, hosts)
         self.copies: list[Path] = []
         self.plain: list[Path] = []
 

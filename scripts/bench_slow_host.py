@@ -28,23 +28,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def hosts_toml(d: Path, sshd, n: int, slow: int | None, port: int) -> str:
-    """N entries of the sshd, each its own known_hosts file; entry ``slow`` through ``port``."""
-    from forensics.localsshd import known_hosts_line
-
-    entries = []
-    for i in range(n):
-        known = d / f"known_hosts-{i}"
-        if i == slow:
-            known.write_text(known_hosts_line(port, sshd.host_key_pub))
-            address = f"{sshd.user}@127.0.0.1:{port}"
-            entries.append(sshd.toml(f"bench{i}", known_hosts=str(known), address=address))
-        else:
-            shutil.copyfile(sshd.known_hosts, known)
-            entries.append(sshd.toml(f"bench{i}", known_hosts=str(known)))
-    return "\n".join(entries)
-
-
 def one_run(tree: Path, inputs: list[str], toml: str, jobs: int | None) -> dict:
     store = Path(tempfile.mkdtemp(prefix="slow-host-"))
     (store / "config.toml").write_text(toml)
@@ -83,7 +66,7 @@ def main() -> int:
     sshd = local_sshd(d)
     port = SlowPort(sshd.port, lambda: time.sleep(args.delay))
     try:
-        toml = hosts_toml(d, sshd, args.hosts, slow, port.port)
+        toml = sshd.entries(d, args.hosts, {slow: port.port} if slow is not None else None)
         inputs = [f"bench{i}:{args.log.resolve()}" for i in range(args.hosts)]
         for rnd in range(args.rounds):
             for tree in trees:
