@@ -256,3 +256,16 @@ def test_store_folder_writable_by_others_is_refused(tmp_path):
     assert "writable by others" in str(ei.value) and "chmod go-w" in str(ei.value)
     shared.chmod(0o700)
     assert Store.open(shared).root == shared
+
+
+def test_a_store_another_process_creates_meanwhile_is_opened(tmp_path, monkeypatch):
+    """Two first ingests into one new store at once: the one whose mkdir came second got
+    'cannot create the store (File exists)', exit 7 (seen in test_concurrent_ingests_are_
+    serialized_C08). The folder created between the look and the mkdir is the store."""
+    import pathlib
+
+    st = tmp_path / "st"
+    st.mkdir(mode=0o700)
+    real = pathlib.Path.exists
+    monkeypatch.setattr(pathlib.Path, "exists", lambda p: False if p == st else real(p))
+    assert Store.open(st).root == st

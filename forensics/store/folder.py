@@ -111,8 +111,8 @@ class Store:
         if not root.exists():
             if not create:
                 return cls(root)
-            try:
-                root.mkdir(parents=True, mode=0o700)
+            try:  # another process may create it meanwhile (two first ingests at once)
+                root.mkdir(parents=True, mode=0o700, exist_ok=True)
             except OSError as exc:
                 raise StoreError(
                     f"{root}: cannot create the store ({exc.strerror})",
