@@ -303,13 +303,15 @@ class _Batch:
         # rolls it back first (``_roll_back_cut``)
         self._cut: tuple[Any, Any] | None = None
 
-    def warm_verdicts(self) -> None:
-        """A parse begins here: the verdict step's imports and model load start beside it,
-        in a thread (once per ingest; ``join_warming`` before the verdict step)."""
+    def warm_verdicts(self, adoption: bool = False) -> None:
+        """A parse begins here (or, ``adoption``, the workers': ``adopt`` waits for them):
+        the verdict step's imports and model load start beside it, in a thread (once per
+        ingest; ``join_warming`` before the verdict step)."""
         if self.warming is None:
-            from forensics.verdicts import warm
+            from forensics.verdicts import warm, warm_adoption
 
-            self.warming = threading.Thread(target=warm, name="forensics-verdicts-warm")
+            how = warm_adoption if adoption else warm
+            self.warming = threading.Thread(target=how, name="forensics-verdicts-warm")
             self.warming.start()
 
     def join_warming(self) -> None:
@@ -415,6 +417,8 @@ class _Batch:
 
     def adopt(self, summary: IngestSummary, block: bool) -> None:
         """Adopt the files whose workers are done, in input order (with ``block``, all)."""
+        if block:  # (warmed now, not sooner: that took the GIL from spawning the workers)
+            self.warm_verdicts(adoption=True)
         while self.pending:
             head = self.pending[0]
             if not head.done:
