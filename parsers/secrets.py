@@ -13,6 +13,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, NamedTuple
 
+from forensics_parsers import secret_search
 from forensics_parsers.secret_search import OnFirstUse, Text, leading_literals, matches, sub
 
 if TYPE_CHECKING:  # polars only for ``redact_lines``: the rest runs on a bare python3 (a
@@ -407,16 +408,14 @@ def pem_lines(lines: list[str], inside: bool = False) -> tuple[list[str], bool]:
     return out, inside
 
 
-_HINT_RX: list[re.Pattern[str]] = []
+_HINT = secret_search.LazyRegex(HINT)  # (compiled at the first output: most print none)
 
 
 def redact_text(text: str) -> str:
     """``redact`` on each line of ``text`` that HINT picks (an output as printed: a JSON
     document one value a line, a CSV, a report), the others kept as they are: the one
     redaction at every output boundary, cheap on an output without a secret."""
-    if not _HINT_RX:
-        _HINT_RX.append(re.compile(HINT))
-    hint = _HINT_RX[0]
+    hint = _HINT.rx
     if not hint.search(text):
         return text
     lines = text.split("\n")
