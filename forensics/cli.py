@@ -256,9 +256,8 @@ def _tolerant_streams() -> None:
 
 
 # exceptions of library threads that are no error of the command: (the end of the thread's
-# file name, its function, the exception's type). paramiko's SFTP read-ahead thread of a file
-# given up early (it shrank while read: the read says so, ReadIncomplete) still sends its
-# requests, and fails once the connection is closed.
+# file name, its function, the exception's type). paramiko's SFTP read-ahead thread still
+# sending a window's requests when the connection is lost (the read says so) fails then.
 QUIET_THREAD_FAILURES = (("paramiko/sftp_file.py", "_prefetch_thread", OSError),)
 
 

@@ -103,6 +103,27 @@ def test_s08_remote_file_shrinking_mid_read_keeps_bytes(ssh_host, files):
     assert ei.value.bytes_read == 1 << 20
 
 
+def test_s08_a_file_shrinking_under_a_chunk_leaves_no_read_ahead_thread(ssh_host, files):
+    """An ingest reads 4 MB chunks (128 SFTP requests). Paramiko's read-ahead thread, made to
+    keep at most MAX_SFTP_REQUESTS in flight, waited for answers that a file truncated under
+    it never gives (an EOF status does not count as one): it stayed until the connection
+    closed, then died with "Socket is closed" (a warning of the suite, a traceback in a CLI)."""
+    p = files / "rot.log"
+    p.write_bytes(b"r" * (12 << 20))
+    with pytest.raises(ReadIncomplete) as ei:
+        for _chunk in ssh_host.iter_chunks(str(p), chunk=4 << 20):
+            os.truncate(p, 0)
+    assert ei.value.bytes_read == 4 << 20
+
+    def lingering() -> list[str]:
+        return [t.name for t in threading.enumerate() if "_prefetch_thread" in t.name]
+
+    deadline = time.monotonic() + 10  # (it ends at once; the old one never did)
+    while lingering() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not lingering(), "paramiko's read-ahead thread outlived the read"
+
+
 def test_write_and_makedirs_over_sftp(ssh_host, tmp_path):
     d = tmp_path / "remote dir" / "x"
     ssh_host.makedirs(str(d))

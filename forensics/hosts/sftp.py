@@ -174,13 +174,21 @@ class SFTPFiles:
             def read(n: int) -> bytes:
                 # S13: each chunk is fetched with a bounded number of pipelined requests in
                 # flight, every answer bounded by the channel timeout; prefetching chunk by
-                # chunk (not the whole file) also notices a file that shrinks (S08)
+                # chunk (not the whole file) also notices a file that shrinks (S08). A window
+                # of MAX_SFTP_REQUESTS requests is sent at once: paramiko's read-ahead thread
+                # then never waits for answers (made to wait, it waited for ever on a file
+                # that shrank, whose answers do not count: until the connection closed)
+                window = MAX_SFTP_REQUESTS * f.MAX_REQUEST_SIZE
+
                 def get() -> bytes:
+                    got: list[bytes] = []
                     try:
-                        f.prefetch(f.tell() + n, max_concurrent_requests=MAX_SFTP_REQUESTS)
-                        return f.read(n)
+                        for at in range(0, n, window):
+                            f.prefetch(f.tell() + min(window, n - at))
+                            got.append(f.read(min(window, n - at)))
                     except EOFError:  # the file shrank under us
-                        return b""
+                        pass
+                    return got[0] if len(got) == 1 else b"".join(got)
 
                 return self._sftp_call("read", path, get)
 
