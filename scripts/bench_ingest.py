@@ -685,6 +685,13 @@ def main() -> int:
         "serial (--jobs 1) and parallel; prints the table",
     )
     ap.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        metavar="MB",
+        help="only rg and ingest of the busy mix at each size (e.g. 10 100 1000); prints the table",
+    )
+    ap.add_argument(
         "--repeat", type=int, default=3, help="rounds of the local tools (each figure: the median)"
     )
     ap.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
@@ -710,6 +717,8 @@ def main() -> int:
     }
     if args.scaling:
         return _main_scaling(args, cmd, res)
+    if args.sizes:
+        return _main_sizes(args, cmd, res)
     if args.only_remote:
         log = OUT / f"bench_busy_{args.mb}mb.log"
         if not log.exists() or log.stat().st_size < (args.mb << 20):
@@ -769,6 +778,40 @@ def _main_scaling(args: argparse.Namespace, cmd: str, res: dict) -> int:
     if not args.keep:
         log.unlink()
     shutil.rmtree(store, ignore_errors=True)
+    return 0
+
+
+def _main_sizes(args: argparse.Namespace, cmd: str, res: dict) -> int:
+    """How ingest's cost grows with the log's size: the busy mix at each of ``args.sizes`` MB,
+    rg and ingest in the same rounds (``bench_file``), one table."""
+    lines = [
+        "| busy mix | lines | rg | ingest | MB/s | × rg | ingest per MB | ingest peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for mb in args.sizes:
+        log = OUT / f"bench_busy_{mb}mb.log"
+        if not log.exists() or log.stat().st_size < (mb << 20):
+            print(f"generating {log} ...", file=sys.stderr, flush=True)
+            generate(log, mb, "busy")
+        r = bench_file(log, OUT / "store", args.repeat, NCCL_TOOLS)
+        res["rows"][f"busy_{mb}"] = r
+        rg, ing = r["tools"]["rg"], r["tools"]["ingest"]
+        lines.append(
+            f"| {r['file_mb']:.0f} MB | {r['lines']:,} | {rg['s']:.2f} s | {ing['s']:.2f} s | "
+            f"{ing['mb_s']:.0f} | {ing['x_rg']:.2f} | {1000 * ing['s'] / r['file_mb']:.1f} ms | "
+            f"{ing['rss_mb']} MB |"
+        )
+        if not args.keep:
+            log.unlink()
+    (OUT / "ingest-sizes.json").write_text(json.dumps(res, indent=2))
+    after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    sizes = " ".join(map(str, args.sizes))
+    print(
+        f"`{cmd} --sizes {sizes}`: {res['cores']} cores, load {res['load_before']} before, "
+        f"{after} after; each figure the median of {args.repeat} rounds"
+    )
+    print("\n".join(lines))
+    shutil.rmtree(OUT / "store", ignore_errors=True)
     return 0
 
 
