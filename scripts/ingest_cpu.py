@@ -84,6 +84,7 @@ def hook() -> None:
             "sys": t.system,
             "before_first_file": jobs[0][0] if jobs else None,
             "files": [(round(b - a, 3), round(wall, 3)) for a, b, wall in jobs],
+            "maxrss_mb": ru.ru_maxrss / 1024,
             "minflt": ru.ru_minflt,
             "vcsw": ru.ru_nvcsw,
             "ivcsw": ru.ru_nivcsw,
@@ -107,7 +108,8 @@ def _row(p: dict) -> str:
         f"({p['user']:.2f} user + {p['sys']:.2f} sys)"
         + (f", {first:.2f} s before its first file" if first is not None else "")
         + (f"; files: {files}" if files else "")
-        + f"; {p['minflt']} page faults, {p['vcsw']}+{p['ivcsw']} context switches"
+        + f"; peak RSS {p['maxrss_mb']:.0f} MB, {p['minflt']} page faults, "
+        + f"{p['vcsw']}+{p['ivcsw']} context switches"
         + f"\n         threads alive at its end (CPU s): {threads}"
     )
 
