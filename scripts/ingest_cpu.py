@@ -12,7 +12,13 @@ the CPU of the threads alive at its end, by name (polars' ``polars-N``, ``async-
 per process and the CPU of all of them (docs/performance.md, "A worker's CPU, thirteenth
 stop"). A worker started ahead and never given a file is killed: it reports nothing (the
 total of the children, from ``getrusage``, still counts it). Host entries come from the
-store's config.toml, as for ``forensics ingest``.
+store's config.toml, as for ``forensics ingest``; or
+
+    python scripts/ingest_cpu.py --loopback 8 LOG [INGEST OPTIONS]
+
+ingests LOG from N host entries of a loopback sshd (each its own connection, as
+``bench_ingest.py --scaling`` does: its ``_Loopback``) into a fresh store, and prints the CPU
+the sshd and its sessions (``zstd``) spent meanwhile apart.
 """
 
 from __future__ import annotations
@@ -114,20 +120,41 @@ def _row(p: dict) -> str:
     )
 
 
-def main() -> int:
+def _run(args: list[str], env: dict[str, str]) -> tuple[int, float, list[dict]]:
+    """``forensics ingest ARGS`` with the hook in each process: (exit, wall, their lines)."""
     here = Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory(prefix="ingest-cpu-") as tmp:
         Path(tmp, "sitecustomize.py").write_text("from ingest_cpu import hook\n\nhook()\n")
         out = Path(tmp, "processes.jsonl")
-        env = dict(os.environ, **{OUT_VAR: str(out)})
+        env = dict(env, **{OUT_VAR: str(out)})
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (tmp, str(here), str(here.parent), env.get("PYTHONPATH")) if p
         )
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "forensics", "ingest", *sys.argv[1:]]
+        cmd = [sys.executable, "-m", "forensics", "ingest", *args]
         rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode
         wall = time.monotonic() - t0
         procs = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    return rc, wall, procs
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    host_cpu = None
+    if args[:1] == ["--loopback"]:
+        from bench_ingest import _Loopback  # scripts/ is this script's sys.path[0]
+
+        with tempfile.TemporaryDirectory(prefix="ingest-cpu-store-") as store:
+            lb = _Loopback(Path(args[2]).resolve(), Path(store), int(args[1]))
+            try:
+                lb.make_copies()
+                env, before = lb.env(), lb.host_cpu()
+                rc, wall, procs = _run([*args[3:], *lb.names("hosts", lb.hosts)], env)
+                host_cpu = lb.host_cpu() - before
+            finally:
+                lb.close()
+    else:
+        rc, wall, procs = _run(args, dict(os.environ))
     import resource
 
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -136,14 +163,16 @@ def main() -> int:
         print(_row(p))
     workers = [p for p in procs if p["role"] == "worker"]
     cpu = sum(p["user"] + p["sys"] for p in procs)
+    everything = children.ru_utime + children.ru_stime - (host_cpu or 0.0)
     print(
-        f"exit {rc}, {wall:.2f} s wall; CPU {children.ru_utime + children.ru_stime:.2f} s in all "
-        f"(its processes), {cpu:.2f} s in the {len(procs)} that reported"
+        f"exit {rc}, {wall:.2f} s wall; CPU {everything:.2f} s in all (its processes), "
+        f"{cpu:.2f} s in the {len(procs)} that reported"
         + (
             f"; per worker {sum(p['user'] + p['sys'] for p in workers) / len(workers):.2f} s"
             if workers
             else ""
         )
+        + (f"; the loopback sshd and its sessions {host_cpu:.2f} s" if host_cpu is not None else "")
     )
     return rc
 
