@@ -45,21 +45,44 @@ class OpenAhead:
         self._done: dict[tuple[str, str], tuple[bool, Any]] = {}  # (opened, (src, hasher) or error)
         self._taken = 0  # the next log to take: those before it were taken
         self._placed = self._stop = False
-        self._cond = threading.Condition()
+        self.cond = threading.Condition()
+        self.version = 0  # counts the changes a waiter wakes for (``poke``): logs added, opened
         self._threads: dict[str, threading.Thread] = {}  # host -> its opening thread
 
     def add(self, k: int, files: list[tuple[Any, str]]) -> None:
         """(any thread) Input ``k``'s logs, looked up: opened from now on, within the window."""
-        with self._cond:
+        with self.cond:
             if self._placed or self._stop:
                 return
             self._groups[k] = files
             order = [f for _, group in sorted(self._groups.items()) for f in group]
             self._queue(order)
 
+    def poke(self) -> None:
+        """(any thread) Wake whoever waits for a change (forensics/ingest/early.py: an input
+        looked up, or failed)."""
+        with self.cond:
+            self._changed()
+
+    def known(self) -> int:
+        """How many logs are known so far (each once)."""
+        with self.cond:
+            return len(self._rank)
+
+    def place_of(self, host: Any, path: str) -> tuple[int, int]:
+        """(the least place of ``path`` so far, how many logs are known)."""
+        with self.cond:
+            return self._rank.get((host.name, path), 0), len(self._rank)
+
+    def ready(self) -> list[tuple[Any, str]]:
+        """(host, path) of the logs opened without error and not taken yet, in their order."""
+        with self.cond:
+            done = [(self._rank[k], got[0].host, k[1]) for k, (ok, got) in self._done.items() if ok]
+        return [(host, path) for _, host, path in sorted(done, key=lambda d: d[0])]
+
     def place(self, files: list[tuple[Any, str]], batch: Any) -> None:
         """The logs, all of them, in input order (deduplicated): each is taken in its turn."""
-        with self._cond:
+        with self.cond:
             if self._stop:
                 return
             self.batch, self._placed = batch, True
@@ -80,7 +103,7 @@ class OpenAhead:
             todo[:] = sorted((hp for hp in todo if (name, hp[1]) in rank), key=self._order)
         for key in [key for key in self._done if key not in rank]:
             del self._done[key]
-        self._cond.notify_all()
+        self._changed()
         for name in self._todo.keys() - self._threads.keys():
             thread = threading.Thread(
                 target=self._open_in_turn, args=(name,), name="forensics-open", daemon=True
@@ -100,7 +123,7 @@ class OpenAhead:
                 return todo.pop(0)
             if not todo and self._placed:
                 return None
-            self._cond.wait()
+            self.cond.wait()
         return None
 
     def _open_in_turn(self, name: str) -> None:
@@ -108,7 +131,7 @@ class OpenAhead:
         from forensics.ingest.file import _log_source
 
         while True:
-            with self._cond:
+            with self.cond:
                 nxt = self._next(name)
             if nxt is None:
                 return
@@ -117,28 +140,38 @@ class OpenAhead:
                 got: tuple[bool, Any] = (True, _log_source(host, path))
             except BaseException as exc:  # noqa: BLE001 - raised where it is taken, in turn
                 got = (False, exc)
-            with self._cond:
+            with self.cond:
                 if (name, path) in self._rank:  # else: none of the logs placed
                     self._done[(name, path)] = got
-                self._cond.notify_all()
+                self._changed()
+
+    def _changed(self) -> None:
+        """(under the lock) Something a waiter waits for changed."""
+        self.version += 1
+        self.cond.notify_all()
 
     def take(self, host: Any, path: str, like: str | None = None) -> tuple[Any, Any]:
         """(the log source, its hasher) of ``path``, opened ahead (or now, if it is none of
         the logs placed, or if the store's digest ``like`` is in an algorithm its hasher
         does not compute: an older store's record), its error raised here; meanwhile, a
-        worker starts for each log opened that one will parse (``start_workers``)."""
+        worker starts for each log opened that one will parse (``start_workers``). Before
+        the logs are placed, one opened (``ready``) is taken out of turn (forensics/ingest/
+        early.py), any other opened now."""
         from forensics.ingest.file import _log_source
 
         key = (host.name, path)
         i = self._rank.get(key) if self._placed else None
         if i is None:
-            return _log_source(host, path, like)
-        with self._cond:
+            got = self._out_of_turn(key)
+            if got is None or not got[1].computes(like):
+                return _log_source(host, path, like)
+            return got
+        with self.cond:
             self._taken = max(self._taken, i + 1)
-            self._cond.notify_all()
+            self.cond.notify_all()
         while True:
             start_workers(self)
-            with self._cond:
+            with self.cond:
                 if key in self._done:
                     opened, got = self._done[key]
                     for gone in [
@@ -146,25 +179,35 @@ class OpenAhead:
                     ]:  # taken, unused
                         del self._done[gone]
                     break
-                self._cond.wait(0.5)
+                self.cond.wait(0.5)
         if not opened:
             raise got
         if not got[1].computes(like):  # what is opened ahead holds nothing open: again
             return _log_source(host, path, like)
         return got
 
+    def _out_of_turn(self, key: tuple[str, str]) -> Any:
+        """A log opened without error before the logs are placed, taken: (source, hasher),
+        or None. Those within the window past it may open now."""
+        with self.cond:
+            if self._placed or not self._done.get(key, (False,))[0]:
+                return None
+            self._taken = max(self._taken, self._rank[key] + 1)
+            self._changed()
+            return self._done.pop(key)[1]
+
     def opened(self) -> list[Any]:
         """The log sources opened and not taken yet, and the one taken last, in input order."""
-        with self._cond:
+        with self.cond:
             done = sorted(self._done.items(), key=lambda kv: self._rank[kv[0]])
             return [got[0] for _, (ok, got) in done if ok]
 
     def close(self) -> None:
         """No more is opened; the threads end (joined, each at most JOIN_SECONDS)."""
-        with self._cond:
+        with self.cond:
             self._stop = True
             self._done.clear()
-            self._cond.notify_all()
+            self.cond.notify_all()
             threads = list(self._threads.values())
         for thread in threads:
             if thread.is_alive() or thread.ident is not None:

@@ -19,6 +19,7 @@ from forensics.errors import (
     release_interrupted,
 )
 from forensics.ingest.ahead import OpenAhead, close_ahead, drop_pool, early_pool
+from forensics.ingest.early import EarlyFeed, _expect_streams, _jobs_for, _shell_ahead
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import check_pattern, expand_inputs
@@ -64,23 +65,19 @@ def ingest(
     summary = IngestSummary()
     check_pattern(name_pattern)
     importing = _import_parser_ahead(inputs)  # joined at the end: no thread outlives ingest
-    early = early_pool(store.root, inputs, jobs)  # workers that import while hosts connect
-    ahead = OpenAhead(early.jobs) if early is not None else None  # each host's logs opened
-    try:  # as soon as they are looked up: a host that connects late holds back no other
-        files = _files(inputs, recursive, trust_new_host, run, summary, ahead)
-    except BaseException:
+    batch = _Batch(store, lock_timeout)
+    feed = batch.early(early_pool(store.root, inputs, jobs), name_pattern, progress)
+    try:  # a parallel ingest's logs opened and fed to workers as soon as they are looked up
+        files = _files(inputs, recursive, trust_new_host, run, summary, feed)
+    except BaseException as exc:
         importing.join()
-        drop_pool(early)
-        close_ahead(ahead)
+        batch.abort(exc)
         raise
-    jobs = _jobs_for(files, jobs)
-    _expect_streams(files, jobs)
+    batch.set_jobs(_jobs_for(files, jobs))
+    _expect_streams(files, batch.jobs, feed)
     # set before this ingest: an earlier one stopped before its verdict step (read before
     # this ingest's own commits set it again)
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
-    batch = _Batch(store, lock_timeout, jobs)
-    batch.pool = early if jobs > 1 else drop_pool(early)
-    batch.ahead = ahead if jobs > 1 else close_ahead(ahead)
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
@@ -118,20 +115,6 @@ def ingest(
     return summary
 
 
-def _jobs_for(files: list[tuple[Any, str]], jobs: int | None) -> int:
-    """The worker processes for ``files``: ``jobs``, by default the cores; 1 for one log (it
-    is parsed here: no worker, no pool imported)."""
-    from forensics.bench_results import is_results_file
-
-    if sum(1 for _, p in files if not is_results_file(p)) <= 1:
-        return 1
-    if jobs:
-        return jobs
-    from forensics.ingest.heap import default_jobs
-
-    return default_jobs()
-
-
 def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
     """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
     a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
@@ -167,47 +150,22 @@ def _import_parser() -> None:
         pass
 
 
-def _shell_ahead(host: Any) -> None:
-    """A remote host of the inputs just connected: the remote shell of its first stream
-    starts now (forensics/hosts/streams.py), while its paths are looked up and the parser
-    imports; a session's start on the host (the login shell, its rc files) is what a
-    stream waits for first."""
-    coming = getattr(host, "stream_coming", None)
-    if coming is not None:
-        coming()
-
-
-def _expect_streams(files: list[tuple[Any, str]], jobs: int) -> None:
-    """Tell each remote host how many of its logs this ingest reads, ``jobs`` at once: it
-    starts the remote shells of the next streams ahead (forensics/hosts/streams.py), while
-    this process opens the files and imports the parser, or parses the files before."""
-    from collections import Counter
-
-    from forensics.bench_results import is_results_file
-
-    per_host = Counter(host for host, path in files if not is_results_file(path))
-    for host, n in per_host.items():
-        expect = getattr(host, "expect_streams", None)
-        if expect is not None:
-            expect(n, at_once=jobs)
-
-
 def _files(
     inputs: list[str],
     recursive: bool,
     trust_new_host: bool,
     run: str | None,
     summary: IngestSummary,
-    ahead: OpenAhead | None = None,
+    feed: EarlyFeed | None = None,
 ) -> list[tuple[Any, str]]:
     """The (host, path) to ingest: logs first, then benchmark results files (a benchmark
-    attaches to a run ingested in the same call). ``ahead``: where each remote input's logs
-    go as soon as they are looked up, to be opened."""
+    attaches to a run ingested in the same call). ``feed``: where each remote input's logs
+    go as soon as they are looked up, to be opened and fed to workers meanwhile."""
     from forensics.bench_results import is_results_file
 
-    def found(k: int, files: list[tuple[Any, str]]) -> None:
-        if ahead is not None:
-            ahead.add(k, [f for f in files if not is_results_file(f[1])])
+    def found(k: int, files: list[tuple[Any, str]] | None) -> None:
+        if feed is not None:
+            feed.found(k, files and [f for f in files if not is_results_file(f[1])])
 
     files = expand_inputs(
         inputs,
@@ -216,6 +174,7 @@ def _files(
         trust_new_host=trust_new_host,
         connected=_shell_ahead,
         found=found,
+        waiting=feed.wait if feed is not None else None,
     )
     files.sort(key=lambda hp: is_results_file(hp[1]))
     if run is not None and not any(is_results_file(p) for _, p in files):
@@ -291,6 +250,7 @@ class _Batch:
         self.pending: list[Any] = []  # pool.Job in input order, not yet adopted
         self._deferring: Any = None  # forensics.ingest.pool._Deferring
         self.ahead: Any = None  # forensics.ingest.ahead.OpenAhead: the logs opened ahead
+        self.feed: EarlyFeed | None = None  # the logs fed while the inputs are listed
         self.staging: Path | None = None  # the pool's staging folder, once it is stopped
         self.warming: threading.Thread | None = None  # forensics.verdicts.warm, beside a parse
         # what the verdict step reads of the parts written, kept as they are written (set
@@ -302,6 +262,33 @@ class _Batch:
         # the savepoint of the file being added (run, _adopt), until it is in whole: a commit
         # rolls it back first (``_roll_back_cut``)
         self._cut: tuple[Any, Any] | None = None
+
+    def early(self, pool: Any, name_pattern: str | None, progress: Any) -> EarlyFeed | None:
+        """With ``early_pool``'s pool (two remote inputs or more, a parallel ingest): each
+        host's logs opened as soon as they are looked up, and fed to its workers (a host
+        that connects late holds back no other host's parse), ``pool.jobs`` at once."""
+        if pool is not None:
+            self.jobs, self.pool, self.ahead = pool.jobs, pool, OpenAhead(pool.jobs)
+            self.feed = EarlyFeed(self, name_pattern, progress)
+        return self.feed
+
+    def set_jobs(self, jobs: int) -> None:
+        """The inputs listed: ``jobs`` (``_jobs_for``), unless logs were fed meanwhile (it
+        was the pool's then: two logs or more, ``--jobs`` or the cores)."""
+        if self.feed is None or not self.feed.started:
+            self.jobs = jobs
+        if self.jobs == 1:
+            self.pool, self.ahead = drop_pool(self.pool), close_ahead(self.ahead)
+
+    def abort(self, exc: BaseException) -> None:
+        """An error or an interrupt while the inputs are listed: nothing of this ingest is
+        stored (what was fed to workers meanwhile is dropped, the transaction aborted)."""
+        self.stop_pool()
+        cm, self._cm, self.tx = self._cm, None, None
+        if cm is not None:
+            with contextlib.suppress(Exception):
+                cm.__exit__(type(exc), exc, exc.__traceback__)
+        self.remove_staging()
 
     def warm_verdicts(self, adoption: bool = False) -> None:
         """A parse begins here (or, ``adoption``, the workers': ``adopt`` waits for them):
@@ -342,9 +329,9 @@ class _Batch:
             self._inodes = (tx, _inode_index(tx))
         return self._inodes[1]
 
-    def _open(self) -> None:
+    def _open(self, wait: bool = True) -> None:
         if self.tx is None:
-            self._cm = self.store.transaction(self.lock_timeout)
+            self._cm = self.store.transaction(self.lock_timeout if wait else 0)
             self.tx = self._cm.__enter__()
             self.tx.on_write = self._written
             self.started = time.monotonic()
@@ -395,23 +382,27 @@ class _Batch:
         adoptions was this process's peak RSS (docs/performance.md, tenth stop)."""
         from forensics.ingest.pool import POOL_MIN_BYTES, Job, Pool, _Deferring
 
-        if self._deferring is None or self._deferring.tx is not self.tx:
-            self._deferring = _Deferring(self.tx)
-        defer = self._deferring
-        defer.drops = []
-        opened = _prepare(defer, host, path, summary, self)
+        fed = self.feed.turn(host, path, summary, self.tx) if self.feed is not None else None
+        if fed is None:  # not taken while the inputs were listed (forensics/ingest/early.py)
+            if self._deferring is None or self._deferring.tx is not self.tx:
+                self._deferring = _Deferring(self.tx)
+            defer = self._deferring
+            defer.drops = []
+            fed = (_prepare(defer, host, path, summary, self), defer.drops, None)
+        opened, drops, job = fed
         if isinstance(opened, FileOutcome):
             return opened, False
         big = opened.src.stat.size - opened.resume[0] >= POOL_MIN_BYTES
         if big and self.pool is None:  # ``jobs`` workers; this process feeds them
             self.pool = Pool.of_store(self.store.root, self.jobs)
         if not big:
-            for key in defer.drops:
+            for key in drops:
                 self.tx.drop_source(key)
             _record(self.tx, opened, _parse_file(self.tx, opened, summary, name_pattern, report))
             return opened.out, False
-        job = Job(opened, list(defer.drops), report)
-        self.pool.submit(job, name_pattern)
+        if job is None:  # else fed already, while the inputs were listed
+            job = Job(opened, list(drops), report)
+            self.pool.submit(job, name_pattern)
         self.pending.append(job)
         return opened.out, True
 

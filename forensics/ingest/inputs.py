@@ -39,7 +39,8 @@ def expand_inputs(
     warn: Callable[[str], None],
     trust_new_host: bool = False,
     connected: Callable[[Any], None] | None = None,
-    found: Callable[[int, list[tuple[Any, str]]], None] | None = None,
+    found: Callable[[int, list[tuple[Any, str]] | None], None] | None = None,
+    waiting: Callable[[Any], None] | None = None,
 ) -> list[tuple[Any, str]]:
     """-> [(host, path)] of files, deduplicated, in the order given. With two inputs or more,
     each remote input's host is connected and its paths looked up in a thread of its own
@@ -47,7 +48,9 @@ def expand_inputs(
     error is raised at its input, in order. ``connected(host)`` is called for a remote
     input's host as soon as it is connected, before its paths are looked at; ``found(k,
     files)`` with the (host, path) remote input ``k`` names (before the deduplication) as
-    soon as they are known, from the thread that looked them up."""
+    soon as they are known, from the thread that looked them up (None: its lookup failed);
+    ``waiting(lookup)``, where given, while this thread waits for a lookup: it returns once
+    ``lookup.over`` (forensics/ingest/early.py feeds the logs looked up meanwhile)."""
     out: list[tuple[Any, str]] = []
     seen: set[tuple[str, str]] = set()
     missing: list[ForensicsError] = []
@@ -56,12 +59,16 @@ def expand_inputs(
     for text in inputs:
         try:
             if text in looking:
-                host, files, lost, empty = looking[text].result()
+                host, files, lost, empty = looking[text].result(waiting)
             else:
                 host, files, lost, empty = _look_up(text, recursive, trust_new_host, connected)
         except Exception:
             for lookup in looking.values():  # no lookup left running (each one bounded)
                 lookup.join()
+            raise
+        except BaseException:  # an interrupt: not waited for; each one ends at its host's
+            for lookup in looking.values():  # answer, doing nothing more
+                lookup.found = lookup.connected = None
             raise
         missing.extend(lost)
         empty_dirs.extend(empty)
@@ -120,20 +127,30 @@ class _Lookup(threading.Thread):
     def __init__(self, k: int, text: str, how: tuple, found: Callable | None):
         super().__init__(name="forensics-lookup", daemon=True)
         self.k, self.text, self.how, self.found = k, text, how, found
+        self.connected: Callable | None = how[2]
         self.got: _Found | None = None
         self.error: BaseException | None = None
+        self.over = False  # looked up, or failed (set before ``found`` is called)
 
     def run(self) -> None:
         try:
-            self.got = _look_up(self.text, *self.how)
+            self.got = _look_up(self.text, *self.how[:2], self._connected)
         except BaseException as exc:  # noqa: BLE001 - raised in its input's turn
             self.error = exc
-            return
-        if self.found is not None:
+        self.over = True
+        found = self.found
+        if found is not None:
             with contextlib.suppress(Exception):  # only an opening ahead: taken in turn
-                self.found(self.k, self.got[1])
+                found(self.k, self.got[1] if self.got is not None else None)
 
-    def result(self) -> _Found:
+    def _connected(self, host: Any) -> None:
+        connected = self.connected  # None once the ingest stopped (an interrupt)
+        if connected is not None:
+            connected(host)
+
+    def result(self, waiting: Callable[[Any], None] | None = None) -> _Found:
+        if waiting is not None:
+            waiting(self)
         self.join()  # bounded by the host's connect_timeout and op timeouts
         if self.error is not None:
             raise self.error

@@ -359,6 +359,13 @@ class Pool:
         )
         job.feeder.start()
 
+    def free(self) -> bool:
+        """Would ``submit`` give a file at once (an idle worker, or room for one)? The replies
+        of workers done meanwhile are collected first."""
+        self.wait(block=False)
+        idle = any(w.job is None and w.alive() for w in self.workers)
+        return idle or sum(w.job is not None or w.alive() for w in self.workers) < self.jobs
+
     def _idle(self) -> _Worker:
         while True:
             for w in self.workers:
@@ -476,14 +483,22 @@ def _send(how: Any, what: Any) -> bool:
 class _Deferring:
     """The transaction as ``_prepare`` sees it in a parallel ingest: what it drops (a rewritten
     file's rows, a grown file's tail) is kept for the file's adoption, so the drop and the new
-    rows enter the same commit."""
+    rows enter the same commit. ``hold_digests``: the digests it sets are kept too (a log
+    prepared out of turn, forensics/ingest/early.py: set in its turn)."""
 
-    def __init__(self, tx: Any):
+    def __init__(self, tx: Any, hold_digests: bool = False):
         self.tx = tx
         self.drops: list[str] = []
+        self.digests: list[tuple[str, str]] | None = [] if hold_digests else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tx, name)
 
     def drop_source(self, key: str) -> None:
         self.drops.append(key)
+
+    def set_digest(self, sid: str, digest: str) -> None:
+        if self.digests is None:
+            self.tx.set_digest(sid, digest)
+        else:
+            self.digests.append((sid, digest))
