@@ -11,7 +11,8 @@ seconds (``forensics.localsshd.SlowPort``). Each tree (default: this one) runs
 store; one line per run, in seconds since the interpreter's start: the logs' openings (the
 first, the 7th of 8, the last: the slow host's is the last), the end of the inputs' lookup
 (``_files``), the feeds' start (``Pool.submit``) of the fast hosts, then the slow one's, the
-exit, and the main process's CPU (docs/performance.md, "A slow host, twelfth stop")."""
+exit, and the main process's CPU (docs/performance.md, "A slow host, twelfth stop", "A slow
+host's parse, thirteenth stop"). A log too small for a worker is fed to none ("fed -")."""
 
 from __future__ import annotations
 
@@ -39,12 +40,35 @@ def one_run(tree: Path, inputs: list[str], toml: str, jobs: int | None) -> dict:
     shutil.rmtree(store, ignore_errors=True)
     if r.returncode:
         raise SystemExit(f"{tree}: exit {r.returncode}\n{r.stderr[-2000:]}")
-    submits = [float(m[1]) for m in re.finditer(r"^\s*([\d.]+) \S+\s+submit >", r.stderr, re.M)]
+    submits = [
+        (float(m[1]), m[2])
+        for m in re.finditer(r"^\s*([\d.]+) \S+\s+submit > (\S+)", r.stderr, re.M)
+    ]
     opened = [float(m[1]) for m in re.finditer(r"^\s*([\d.]+) \S+\s+_log_source <", r.stderr, re.M)]
     listed = float(re.search(r"^\s*([\d.]+) \S+\s+_files <", r.stderr, re.M)[1])
     exit_s = float(re.search(r"^\s*([\d.]+) \S+\s+exit$", r.stderr, re.M)[1])
     cpu = float(re.search(r"process cpu ([\d.]+) s", r.stderr)[1])
     return {"submits": submits, "opened": opened, "listed": listed, "exit": exit_s, "cpu": cpu}
+
+
+def _span(times: list[float]) -> str:
+    """``first-last`` of some seconds, ``-`` for none (a log too small for a worker)."""
+    return f"{min(times):.2f}-{max(times):.2f}" if times else "-"
+
+
+def _line(r: dict, slow: int | None) -> str:
+    """One run: the openings (all but the last, the last), the end of the listing, the feeds
+    of the fast hosts' logs and of the slow host's (by host: a log is fed when it is ready,
+    not in input order), the exit and the main process's CPU."""
+    o, name = sorted(r["opened"]), f"bench{slow}"
+    fast = [t for t, host in r["submits"] if host != name]
+    late = [t for t, host in r["submits"] if host == name]
+    opened = f"{_span(o[:-1])}, {o[-1]:.2f}" if o else "-"
+    fed = _span(fast) + (f", slow {_span(late)}" if slow is not None else "")
+    return (
+        f"opened {opened}; listed {r['listed']:.2f}; fed {fed}; "
+        f"exit {r['exit']:.2f} s, cpu {r['cpu']:.2f} s"
+    )
 
 
 def main() -> int:
@@ -72,15 +96,7 @@ def main() -> int:
             for tree in trees:
                 tree = tree.resolve()
                 r = one_run(tree, inputs, toml, args.jobs)
-                s, o = r["submits"], sorted(r["opened"])
-                fast = s[1:] if slow == 0 else s[:-1] if slow is not None else s
-                late = f", slow {s[0 if slow == 0 else -1]:.2f}" if slow is not None else ""
-                print(
-                    f"round {rnd + 1} {tree.name}: opened {o[0]:.2f}-{o[-2]:.2f}, {o[-1]:.2f}; "
-                    f"listed {r['listed']:.2f}; fed {fast[0]:.2f}-{fast[-1]:.2f}{late}; "
-                    f"exit {r['exit']:.2f} s, cpu {r['cpu']:.2f} s",
-                    flush=True,
-                )
+                print(f"round {rnd + 1} {tree.name}: {_line(r, slow)}", flush=True)
     finally:
         port.close()
         sshd.stop()

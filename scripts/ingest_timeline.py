@@ -52,9 +52,15 @@ def _mark(what: str) -> None:
     EVENTS.append((_now(), threading.current_thread().name, what))
 
 
+# label -> what its start line adds, from the call's arguments: the host of a log fed
+DETAILS = {"submit": lambda args: args[1].out.host}
+
+
 def _timed(fn, label: str):
+    detail = DETAILS.get(label)
+
     def wrapper(*args, **kwargs):
-        _mark(f"{label} >")
+        _mark(f"{label} > {detail(args)}" if detail else f"{label} >")
         cpu = time.thread_time()
         try:
             return fn(*args, **kwargs)
