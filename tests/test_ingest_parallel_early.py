@@ -78,7 +78,7 @@ def _fed_spy(monkeypatch, hosts_fed: set[str]) -> tuple[threading.Event, list]:
     def spy(self, job, *a):
         submit(self, job, *a)
         events.append(("fed", job.out.host))
-        if hosts_fed <= {h for what, h in events if what == "fed"}:
+        if hosts_fed <= {e[1] for e in events if e[0] == "fed"}:
             fed.set()
 
     monkeypatch.setattr(pool.Pool, "submit", spy)
@@ -112,12 +112,25 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
         real_connect(self)
         events.append(("connected", self.name))
 
+    real_expect = hosts.SSHHost.expect_streams
+
+    def expect(self, n, at_once=1):
+        if at_once == 3:  # the ingest's count (stream_coming's guess at connect is 1 at once)
+            events.append(("told", self.name, n))  # type: ignore[arg-type]
+        real_expect(self, n, at_once)
+
     monkeypatch.setattr(hosts.SSHHost, "connect", connect)
+    monkeypatch.setattr(hosts.SSHHost, "expect_streams", expect)
     inputs = [f"{name}:{path}" for name, path in logs.items()]
     before = _children(os.getpid())
+    shown: dict[str, list[tuple[int, int, int, int]]] = {}
+
+    def progress(path, i, n, done, total):
+        shown.setdefault(path, []).append((i, n, done, total))
+
     hosts.close_all()
     try:
-        par = ingest(Store.open(tmp_path / "par"), inputs, jobs=3)
+        par = ingest(Store.open(tmp_path / "par"), inputs, jobs=3, progress=progress)
         hosts.close_all()
         ser = ingest(Store.open(tmp_path / "ser"), inputs, jobs=1)
     finally:
@@ -126,6 +139,14 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
     at = events.index(("connected", "slow"))
     assert {("fed", "h1"), ("fed", "h2")} <= set(events[:at]), events
     assert ("fed", "slow") in events[at:], events
+    for name in logs:  # each host told of its one log once, before it is fed
+        told = [e for e in events if e[0] == "told" and e[1] == name]
+        assert told == [("told", name, 1)], events
+        assert events.index(told[0]) < events.index(("fed", name)), events
+    for path in logs.values():  # a place among the logs known so far; the bytes all read
+        calls = shown[str(path)]
+        assert all(0 <= i < n <= 3 for i, n, _, _ in calls), calls
+        assert calls[-1][2:] == (path.stat().st_size,) * 2, calls
     assert [(f.host, f.path, f.status) for f in par.files] == [
         (name, str(path), "new") for name, path in logs.items()
     ]

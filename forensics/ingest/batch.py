@@ -211,7 +211,8 @@ def _ingest_files(
             def report(done: int, total: int, _p=path, _i=i) -> None:
                 progress(_p, _i, len(files), done, total)
 
-            report(0, 0)
+            if batch.feed is None or not batch.feed.fed(host, path):  # its bar shown then
+                report(0, 0)
         if is_results_file(path):
             batch.drain(summary)  # the logs' files in workers are adopted and committed ...
             batch.commit()  # ... first: it takes the store lock itself
