@@ -15,7 +15,8 @@ opened ahead is a stat and ``HEAD_BYTES``: nothing is held open, nothing is writ
 With two remote inputs or more, the logs of each input are handed over as soon as its host is
 connected and its paths looked up (``add``, from forensics/ingest/inputs.py's lookup threads),
 before the other inputs are: a host that connects slowly holds back no other host's openings
-(docs/performance.md, "A slow host, twelfth stop")."""
+(docs/performance.md, "A slow host, twelfth stop"); while the inputs are listed, a log opened
+is taken out of turn (``ready``, ``take``) and fed to a worker (forensics/ingest/early.py)."""
 
 from __future__ import annotations
 
