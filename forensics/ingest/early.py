@@ -61,7 +61,7 @@ class EarlyFeed:
         self.early: dict[tuple[str, str], _Early] = {}
         self.listed: dict[int, list[tuple[Any, str]]] = {}  # input -> its logs
         self.told: set[str] = set()  # hosts told how many of their logs are known
-        self.off = False  # the store was locked: every log in its turn
+        self.off = False  # the transaction could not begin early: every log in its turn
 
     @property
     def started(self) -> bool:
@@ -98,6 +98,8 @@ class EarlyFeed:
         if self.off or self.ahead.known() < 2:  # a log alone is parsed here (_jobs_for)
             return False
         for host, path in self.ahead.ready():
+            if host.name == "local":  # ``local:PATH``: its inode may be an earlier input's
+                continue
             if sum(e.job is None for e in self.early.values()) >= self.batch.jobs:
                 return False
             if not self.batch.pool.free():
@@ -107,8 +109,7 @@ class EarlyFeed:
         return False
 
     def _take(self, host: Any, path: str) -> bool:
-        """One log out of turn (False: the store is locked by another process)."""
-        from forensics.errors import StoreLocked
+        """One log out of turn (False: the store's transaction cannot begin now)."""
         from forensics.ingest.file import _Opened, _prepare
         from forensics.ingest.pool import POOL_MIN_BYTES, Job, _Deferring
 
@@ -116,9 +117,9 @@ class EarlyFeed:
         if batch.tx is None:
             try:
                 batch._open(wait=False)
-            except StoreLocked:  # its turn waits for the lock (--lock-timeout), as before
-                self.off = True
-                return False
+            except Exception:  # noqa: BLE001 - locked by another process (the first turn
+                self.off = True  # waits --lock-timeout, as before), or an error that turn
+                return False  # reports, after every input is listed, as before
         held, mine = _Deferring(batch.tx, hold_digests=True), IngestSummary()
         try:
             got: Any = _prepare(held, host, path, mine, batch)
