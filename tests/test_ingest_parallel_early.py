@@ -136,6 +136,8 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
         par = ingest(Store.open(tmp_path / "par"), inputs, jobs=3, progress=progress)
         hosts.close_all()
         ser = ingest(Store.open(tmp_path / "ser"), inputs, jobs=1)
+        hosts.close_all()  # again: each log found unchanged out of turn, said so in its turn
+        again = ingest(Store.open(tmp_path / "par"), inputs, jobs=3)
     finally:
         hosts.close_all()
         slow.close()
@@ -163,6 +165,8 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
         (False, True),
     ], par.warnings
     _same_store(tmp_path / "ser", tmp_path / "par")
+    assert [f.status for f in again.files] == ["unchanged"] * 4
+    assert again.warnings == par.warnings[:1]  # the missing log; the empty one is unchanged
     assert _no_thread_left()
     assert _gone(_children(os.getpid()) - before, 30), "a worker outlived the ingest"
     assert not list((tmp_path / "par" / "staging").glob("*"))

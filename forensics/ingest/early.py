@@ -71,6 +71,14 @@ class EarlyFeed:
         e = self.early.get((host.name, path))
         return e is not None and e.job is not None
 
+    def read(self, host: Any, path: str) -> bool:
+        """Was the log read while the inputs were listed (fed to a worker, found unchanged,
+        skipped): its turn reads nothing of it?"""
+        from forensics.ingest.file import _Opened
+
+        e = self.early.get((host.name, path))
+        return e is not None and (e.job is not None or not isinstance(e.got, _Opened))
+
     def found(self, k: int, logs: list[tuple[Any, str]] | None) -> None:
         """(a lookup thread) Input ``k``'s logs, looked up (None: the lookup failed)."""
         if logs is not None:
@@ -201,13 +209,13 @@ def _expect_streams(files: list[tuple[Any, str]], jobs: int, feed: EarlyFeed | N
     """Tell each remote host how many of its logs this ingest reads, ``jobs`` at once: it
     starts the remote shells of the next streams ahead (forensics/hosts/streams.py), while
     this process opens the files and imports the parser, or parses the files before. The
-    logs fed while the inputs were listed are not counted (their hosts were told then)."""
+    logs read while the inputs were listed are not counted (``EarlyFeed.read``)."""
     from forensics.bench_results import is_results_file
 
     per_host = Counter(
         host
         for host, path in files
-        if not is_results_file(path) and not (feed is not None and feed.fed(host, path))
+        if not is_results_file(path) and not (feed is not None and feed.read(host, path))
     )
     for host, n in per_host.items():
         expect = getattr(host, "expect_streams", None)
