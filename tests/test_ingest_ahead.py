@@ -344,3 +344,35 @@ def test_the_inputs_errors_are_raised_in_input_order_not_as_they_come(
     assert len(r.output.splitlines()) == 1, r.output
     assert "Traceback" not in r.output
     assert not (tmp_path / "home" / "manifest.json").exists()
+
+
+def test_a_log_opened_before_the_logs_are_placed_is_taken_out_of_turn(tmp_path):
+    """While the inputs are listed (forensics/ingest/early.py), a log opened is ``ready`` and
+    taken out of turn, the one opened ahead; the window moves past it; the others are then
+    placed and taken in turn."""
+    from forensics.ingest.ahead import OpenAhead
+
+    files = _local_logs(tmp_path, 4)
+
+    def ready(want: list) -> list:
+        deadline = time.monotonic() + 30
+        while ahead.ready() != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ahead.ready()
+
+    ahead = OpenAhead(1)
+    try:
+        ahead.add(1, files[1:])  # input 0 not looked up yet: the window opens files[1] only
+        assert ready([files[1]]) == [files[1]]
+        assert ahead.place_of(*files[2]) == (1, 3)
+        src, hasher = ahead.take(*files[1])
+        assert src.path == files[1][1] and hasher.size == len(src.head)
+        assert ready([files[2]]) == [files[2]], "the window did not move past the log taken"
+        ahead.add(0, files[:1])
+        ahead.place(files, None)
+        for host, path in (files[0], files[2], files[3]):
+            src, _ = ahead.take(host, path)
+            assert src.path == path and src.head == Path(path).read_bytes()
+    finally:
+        ahead.close()
+    assert _no_thread_left()
