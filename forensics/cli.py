@@ -160,6 +160,10 @@ def cli(ctx: click.Context, store_path: str | None, debug: bool) -> None:
     Ingest SGLang server logs (local or ssh://), see every run in one table, find in which
     phase a launch died and why, relaunch it with evidence, benchmark a server, plot trends.
     """
+    if ctx.invoked_subcommand != "ingest":  # ingest resumes it after its parser's import
+        from forensics.collector import resume
+
+        resume()  # paused by the entry point through the start (forensics/collector.py)
     ctx.ensure_object(dict)
     ctx.obj["store_path"] = store_path
     if store_path is not None:  # the one home: every file this command writes goes under it

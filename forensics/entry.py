@@ -57,6 +57,12 @@ def _handle_interrupts(handler: object) -> None:
 
 _handle_interrupts(_while_importing)
 
+# no garbage collection through the imports of the start: the command resumes it as it begins
+# (forensics/collector.py)
+from forensics.collector import pause as _pause_collector  # noqa: E402 - after the handlers
+
+_pause_collector()
+
 # the import finders' plumbing (standard library only), and modules polars imports and an
 # ingest never reads (importlib.metadata) run when first read (forensics/unread.py; the ingest
 # workers install it too)

@@ -83,7 +83,8 @@ def test_the_entry_module_is_light_and_names_the_same_exit_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == (
-        f"['forensics', 'forensics.entry', 'forensics.unread'] {EXIT_INTERRUPTED}"
+        f"['forensics', 'forensics.collector', 'forensics.entry', 'forensics.unread'] "
+        f"{EXIT_INTERRUPTED}"
     )
 
 
@@ -176,3 +177,47 @@ def test_an_interrupt_python_ignored_in_a_callback_is_delivered_again():
     )
     assert got.stdout.strip() == "interrupted", got.stderr
     assert "Exception ignored" not in got.stderr and "Traceback" not in got.stderr
+
+
+# the collector's state where an ingest imports its parser, where it parses, and where another
+# command runs (forensics/collector.py)
+COLLECTOR = """
+import gc, sys
+seen = []
+class Finder:  # notes the collector's state as the parser's import begins
+    def find_spec(self, name, path=None, target=None):
+        if name == "forensics_parsers.sglang":
+            seen.append(("import", gc.isenabled()))
+sys.meta_path.insert(0, Finder())
+from forensics.entry import main
+import forensics.ingest.file as f
+parse = f._parse
+def noted(*a, **k):
+    seen.append(("parse", gc.isenabled()))
+    return parse(*a, **k)
+f._parse = noted
+import atexit
+atexit.register(lambda: print(seen, ("end", gc.isenabled())))
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["ingest", "runs"])
+def test_the_collector_is_paused_through_the_start_only(tmp_path, command):
+    """Through the entry point, no garbage collection runs while an ingest imports its parser
+    (~8 ms of collections over objects that live as long as the process); it runs again
+    from the parse on, and in every other command from its start."""
+    from tests.conftest import FIXTURES
+
+    log = str(FIXTURES / "sglang_eagle3_cg_5dt.log")
+    env = {**os.environ, "FORENSICS_HOME": str(tmp_path / "st")}
+    args = ["ingest", log] if command == "ingest" else ["runs", "--json"]
+    out = subprocess.run(
+        [sys.executable, "-c", COLLECTOR, *args], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    if command == "ingest":
+        assert last == "[('import', False), ('parse', True)] ('end', True)", out.stdout
+    else:  # runs reads the store: the parser's tables imported, the collector on
+        assert last == "[('import', True)] ('end', True)", out.stdout

@@ -519,3 +519,25 @@ def test_the_main_process_warms_what_adoption_needs_while_the_workers_parse(tmp_
     s = ingest(Store.open(tmp_path / "st"), [str(p) for p in logs], jobs=2)
     assert len(s.files) == 2 and seen, "the logs were not given to workers"
     assert seen[0], "no warm-up of the adoption's imports before the first adoption"
+
+def test_a_worker_imports_the_parser_with_the_collector_paused():
+    """No garbage collection runs while a worker imports polars and the parser (objects that
+    live as long as the worker: forensics/collector.py); it runs again before the first job."""
+    code = (
+        "import gc, socket, sys\n"
+        "import forensics.ingest.pool as pool\n"
+        "seen = []\n"
+        "gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
+        "ours, theirs = socket.socketpair()\n"
+        "sys.argv = ['worker', str(theirs.fileno())]\n"
+        "imports = pool._import_parse\n"
+        "def noted():\n"
+        "    n = len(seen)\n"
+        "    imports()\n"
+        "    print(len(seen) - n, 'polars' in sys.modules)\n"
+        "pool._import_parse = noted\n"
+        "pool._worker_main = lambda conn: print(gc.isenabled())\n"
+        "pool._worker_entry()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "True", "True"], out.stdout + out.stderr

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forensics.collector import resume as resume_collector
 from forensics.errors import (
     ForensicsError,
     InputNotFound,
@@ -110,6 +111,7 @@ def ingest(
         batch.remove_staging()  # after the commits: adopted parts are renamed from there
         batch.join_warming()  # no thread outlives the ingest
         importing.join()
+        resume_collector()  # where no parse did (forensics/collector.py)
     summary.seconds = time.monotonic() - t0
     raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
@@ -358,6 +360,9 @@ class _Batch:
         except BaseException:
             self._roll_back_cut()
             raise
+        # the first file is in: the start is over, whether a parse resumed the collector
+        # or not (unchanged, given to a worker)
+        resume_collector()
         self._cut = None
         # listed before anything below may raise: a Ctrl-C in the adoption of an earlier
         # file's worker must not leave this file committed but missing from the summary

@@ -172,10 +172,14 @@ def _freeze_long_lived() -> None:
     tables: objects that live as long as the process) moves to the garbage collector's
     permanent generation, so the full collections the parse of a big file triggers do not
     walk it again (~0.04 s of a 100 MB ingest). Only the cycles already garbage now are
-    never freed: a few, once."""
+    never freed: a few, once. The collector, paused through the start by the entry point,
+    runs again from here (forensics/collector.py)."""
     import gc
 
+    from forensics.collector import resume
+
     gc.freeze()
+    resume()
 
 
 def _open(

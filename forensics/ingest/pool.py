@@ -97,6 +97,7 @@ def _worker_entry() -> None:
     import sys
     from multiprocessing.connection import Connection
 
+    from forensics.collector import pause, resume
     from forensics.ingest.heap import one_arena
     from forensics.unread import install
 
@@ -105,7 +106,9 @@ def _worker_entry() -> None:
     for sig in _SIGNALS:  # Ctrl-C, kill, hang-up: the main process's to handle (it stops us)
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start
+    pause()  # no garbage collection through the imports (forensics/collector.py)
     _import_parse()
+    resume()
     _worker_main(Connection(int(sys.argv[1])))
 
 
