@@ -520,6 +520,7 @@ def test_the_main_process_warms_what_adoption_needs_while_the_workers_parse(tmp_
     assert len(s.files) == 2 and seen, "the logs were not given to workers"
     assert seen[0], "no warm-up of the adoption's imports before the first adoption"
 
+
 def test_a_worker_imports_the_parser_with_the_collector_paused():
     """No garbage collection runs while a worker imports polars and the parser (objects that
     live as long as the worker: forensics/collector.py); it runs again before the first job."""
