@@ -414,8 +414,8 @@ class _Batch:
 
     def adopt(self, summary: IngestSummary, block: bool) -> None:
         """Adopt the files whose workers are done, in input order (with ``block``, all)."""
-        if block:  # (warmed now, not sooner: that took the GIL from spawning the workers)
-            self.warm_verdicts(adoption=True)
+        if block and self.pending:  # files in workers: what adopting them needs, warmed now
+            self.warm_verdicts(adoption=True)  # (sooner, it took the GIL from their spawning)
         while self.pending:
             head = self.pending[0]
             if not head.done:
