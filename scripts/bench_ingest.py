@@ -760,6 +760,16 @@ def main() -> int:
     return 0
 
 
+def _headline(cmd: str, flag: str, values: list[int], res: dict) -> str:
+    """The command of a ``--scaling``/``--sizes`` run, the cores and the load before and now."""
+    after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    given = " ".join(map(str, values))
+    return (
+        f"`{cmd} {flag} {given}`: {res['cores']} cores, load {res['load_before']} before, "
+        f"{after} after"
+    )
+
+
 def _main_scaling(args: argparse.Namespace, cmd: str, res: dict) -> int:
     log = OUT / f"bench_busy_{args.mb}mb.log"
     if not log.exists() or log.stat().st_size < (args.mb << 20):
@@ -768,12 +778,7 @@ def _main_scaling(args: argparse.Namespace, cmd: str, res: dict) -> int:
     store = OUT / "store"
     rows = bench_scaling(log, store, args.scaling)
     (OUT / "ingest-scaling.json").write_text(json.dumps(rows, indent=2))
-    after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    counts = " ".join(map(str, args.scaling))
-    print(
-        f"`{cmd} --scaling {counts}`: {res['cores']} cores, load {res['load_before']} before, "
-        f"{after} after"
-    )
+    print(_headline(cmd, "--scaling", args.scaling, res))
     print("\n".join(render_scaling(rows, args.mb)))
     if not args.keep:
         log.unlink()
@@ -804,12 +809,7 @@ def _main_sizes(args: argparse.Namespace, cmd: str, res: dict) -> int:
         if not args.keep:
             log.unlink()
     (OUT / "ingest-sizes.json").write_text(json.dumps(res, indent=2))
-    after = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    sizes = " ".join(map(str, args.sizes))
-    print(
-        f"`{cmd} --sizes {sizes}`: {res['cores']} cores, load {res['load_before']} before, "
-        f"{after} after; each figure the median of {args.repeat} rounds"
-    )
+    print(_headline(cmd, "--sizes", args.sizes, res) + f"; each the median of {args.repeat} rounds")
     print("\n".join(lines))
     shutil.rmtree(OUT / "store", ignore_errors=True)
     return 0
