@@ -118,6 +118,16 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
 
+def assert_prints(code: str, words: list[str]) -> None:
+    """``code`` run by a fresh interpreter (what a process imports at its start, measured
+    alone) prints ``words``, and exits 0."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == words, out.stdout + out.stderr
+
+
 def require_compiled() -> None:
     """Skip where the parser's compiled line reader was not built (no C compiler at install);
     CI sets FORENSICS_REQUIRE_NATIVE=1, so there its absence fails."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from forensics.errors import EXIT_INTERRUPTED
+from tests.conftest import assert_prints
 
 SCRIPT = Path(sys.executable).with_name("forensics")
 # When to interrupt: once the child's import of this module has finished (PYTHONPROFILEIMPORTTIME
@@ -141,8 +142,7 @@ def test_importlib_metadata_runs_when_first_read_not_when_polars_imports_it():
         "    got.append('not found')\n"
         "print(got == [polars.__version__] * 4 + ['not found'], hasattr(m, 'no_such_name'))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False", "True", "False"], out.stdout + out.stderr
+    assert_prints(code, ["False", "False", "True", "False"])
 
 
 # an interrupt that lands inside a weakref callback, where Python ignores exceptions

@@ -21,7 +21,7 @@ import pytest
 import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
-from tests.conftest import FIXTURES, SHARED
+from tests.conftest import FIXTURES, SHARED, assert_prints
 
 # a subprocess whose pool takes every file (and commits every 2 files)
 CODE = (
@@ -495,8 +495,7 @@ def test_a_worker_imports_the_parser_without_running_importlib_metadata():
         "pool._worker_entry()\n"
         "print('polars' in sys.modules, 'version' in vars(sys.modules['importlib.metadata']))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr
+    assert_prints(code, ["True", "False"])
 
 
 def test_the_main_process_warms_what_adoption_needs_while_the_workers_parse(tmp_path, monkeypatch):
@@ -540,5 +539,4 @@ def test_a_worker_imports_the_parser_with_the_collector_paused():
         "pool._worker_main = lambda conn: print(gc.isenabled())\n"
         "pool._worker_entry()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "True", "True"], out.stdout + out.stderr
+    assert_prints(code, ["0", "True", "True"])

@@ -147,8 +147,7 @@ def test_rule_rows_carry_their_behaviour():
 def test_a_rule_pattern_is_compiled_when_a_message_first_needs_it():
     """All 56 patterns compiled took ~2 ms of every process that imports the parser, for the
     few a log's lines call for: none at import, then those find_rule tried."""
-    import subprocess
-    import sys
+    from tests.conftest import assert_prints
 
     code = (
         "from forensics_parsers.sglang import rules as R\n"
@@ -156,5 +155,4 @@ def test_a_rule_pattern_is_compiled_when_a_message_first_needs_it():
         "R.find_rule('Load weight end. type=LlamaForCausalLM')\n"
         "print(before, 0 < sum(p.compiled for p in R._RX) < len(R._RX))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "True"], out.stdout + out.stderr
+    assert_prints(code, ["0", "True"])
