@@ -289,6 +289,10 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def idle(self) -> bool:
+        """Alive and waiting for a file."""
+        return self.job is None and self.alive()
+
 
 class Pool:
     """Up to ``jobs`` worker processes, started when a file needs one (``threads``: polars'
@@ -337,7 +341,7 @@ class Pool:
         if spawning is None or spawning is threading.current_thread():
             return
         while idle and spawning.is_alive():
-            if any(w.job is None and w.alive() for w in list(self.workers)):
+            if any(w.idle() for w in list(self.workers)):
                 return
             spawning.join(0.01)
         spawning.join()
@@ -375,7 +379,7 @@ class Pool:
         self.wait(block=False)
         self._joined(idle=True)
         workers = list(self.workers)
-        if any(w.job is None and w.alive() for w in workers):
+        if any(w.idle() for w in workers):
             return True
         return (
             self._spawning is None
@@ -386,7 +390,7 @@ class Pool:
         self._joined(idle=True)  # the first idle worker prestart_beside starts will do
         while True:
             for w in list(self.workers):
-                if w.job is None and w.alive():
+                if w.idle():
                     return w
             if self._spawning is not None:  # it may start one yet; the list is ours after it
                 self._joined()
