@@ -457,9 +457,7 @@ class _Batch:
             self.verdicts[out.source_id] = r["verdicts"]
         out.lines, out.decode_lines = out.lines + r["lines"], out.decode_lines + r["decode_lines"]
         out.reason = out.reason or r["reason"]
-        for mine, theirs in ((summary.counts, r["counts"]), (summary.stats, r["stats"])):
-            for k, v in theirs.items():
-                mine[k] = mine.get(k, 0) + v
+        summary.add(r["counts"], r["stats"])
         summary.warnings.extend(r["warnings"])
         self._done(out)
 

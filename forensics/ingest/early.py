@@ -171,9 +171,7 @@ class EarlyFeed:
             return None
         summary.warnings.extend(e.summary.warnings)
         summary.refused.extend(e.summary.refused)
-        for mine, theirs in ((summary.counts, e.summary.counts), (summary.stats, e.summary.stats)):
-            for k, v in theirs.items():
-                mine[k] = mine.get(k, 0) + v
+        summary.add(e.summary.counts, e.summary.stats)
         if isinstance(e.got, BaseException):
             raise e.got
         for sid, digest in e.held.digests:

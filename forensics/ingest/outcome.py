@@ -54,6 +54,13 @@ class IngestSummary:
     interrupted: bool = False
     refused: list[ForensicsError] = field(default_factory=list)  # the log source's refusals
 
+    def add(self, counts: dict[str, int], stats: dict[str, int]) -> None:
+        """Line counts and reader statistics of a part of the ingest (a parse's frames, a
+        worker's file, a log prepared out of turn) added to this summary's."""
+        for mine, theirs in ((self.counts, counts), (self.stats, stats)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+
     def as_dict(self) -> dict[str, Any]:
         by_status: dict[str, int] = {}
         skipped: dict[str, int] = {}
@@ -139,10 +146,7 @@ def _skip(
 
 
 def _account(summary: IngestSummary, out: FileOutcome, frames: Frames) -> None:
-    for k, v in frames.counts.items():
-        summary.counts[k] = summary.counts.get(k, 0) + v
-    for k, v in frames.stats.items():
-        summary.stats[k] = summary.stats.get(k, 0) + v
+    summary.add(frames.counts, frames.stats)
     out.lines += frames.stats.get("lines_total", 0)
     out.decode_lines += frames.counts.get("decode", 0)
 
