@@ -290,16 +290,6 @@ def warm(store_root: str | None = None) -> None:
         pass
 
 
-def warm_adoption() -> None:
-    """``warm``, after the parser's modules: a parallel ingest's main process parses
-    nothing, but adopting its workers' parts records them with the parser's code and the
-    classifier's (~0.06 s of CPU here, ~0.1 s on a 16-core host, on the critical path after
-    the last worker ended: issue 15, thirteenth stop)."""
-    with contextlib.suppress(Exception):  # the adoption imports it again and reports
-        import forensics_parsers.sglang  # noqa: F401 - imported ahead
-    warm()
-
-
 def _per_run(tables: dict[str, pl.DataFrame] | None) -> dict[int, Any]:
     """A log's analysis tables (classifier.batch_tables) split by run."""
     from forensics.classifier.analysis import RunRows
