@@ -18,7 +18,7 @@ demo: venv
 	@$(BIN)/python -m forensics.demo
 
 test: venv
-	$(BIN)/python -m pytest -n 3 --dist worksteal -q
+	$(BIN)/python -m pytest -n 3 --dist worksteal -q -rs
 
 lint: venv
 	$(BIN)/ruff check forensics parsers tests scripts
