@@ -103,6 +103,9 @@ def run_of_lines(
     return batch.with_columns(pl.col("run_index").fill_null(start_run))
 
 
+_TOUCHED = ("run_index", "line", "ts")  # what ``runs.touch_lines`` reads of a metrics line
+
+
 def prepare(
     runs: dict[int, dict],
     batch: pl.DataFrame | None,
@@ -118,7 +121,7 @@ def prepare(
     if batch is not None:
         parts = run_of_lines(batch, boundaries, start_run)
         for (which,), sub in (
-            parts.select("run_index", "line", "ts", "which")
+            parts.select(_TOUCHED + ("which",))
             .partition_by("which", as_dict=True, include_key=False)
             .items()
         ):
@@ -129,11 +132,12 @@ def prepare(
         )
         for which, t in zip(touch, typed):
             if len(t):
-                touch[which].append(t.select("run_index", "line", "ts"))
+                touch[which].append(t)
     counts = [sum(len(x) for x in touch[w]) for w in touch]
     for frames_, kind in zip(touch.values(), ("decode", "prefill")):
         if frames_:  # (the same aggregates over any order of the lines)
-            runs_.touch_lines(runs, pl.concat(frames_) if len(frames_) > 1 else frames_[0], kind)
+            one = pl.concat([f.select(_TOUCHED) for f in frames_]) if len(frames_) > 1 else None
+            runs_.touch_lines(runs, frames_[0] if one is None else one, kind)
     if typed is not None:
         if not any(counts):
             return None, 0, 0
@@ -252,7 +256,8 @@ def _with_typed(done: pl.DataFrame, typed: pl.DataFrame, schema: dict) -> pl.Dat
     """The rows of the polars path and the compiled reader's, in line order."""
     if typed.is_empty():
         return done
-    if all(typed.schema.get(c) == dt_ for c, dt_ in schema.items()):
+    have = typed.schema  # (built anew at each read: once, not once a column)
+    if all(have.get(c) == dt_ for c, dt_ in schema.items()):
         # the reader's columns are of the table's types (the usual case): taken in its order,
         # without a cast for each (~0.1 ms a chunk)
         typed = pl.DataFrame([typed.get_column(c) for c in schema])

@@ -161,12 +161,16 @@ def scan(data: bytes, first_line: int, sniff: dict[str, Any] | None = None) -> S
     if back is not None:
         other = pl.concat([other, back]).sort("line")
     col = pl.col("text")
-    pem, bad, esc, cr = other.select(  # one call: each costs ~0.1 ms whatever its rows
-        col.str.contains(PEM_BEGIN, literal=True).any(),
-        col.str.count_matches("\ufffd", literal=True).sum().alias("bad"),
-        col.str.contains("\x1b", literal=True).any().alias("esc"),
-        col.str.contains("\r", literal=True).any().alias("cr"),
-    ).row(0)
+    pem, bad, esc, cr = (  # one call: each costs ~0.1 ms whatever its rows (none: no call)
+        other.select(
+            col.str.contains(PEM_BEGIN, literal=True).any(),
+            col.str.count_matches("\ufffd", literal=True).sum().alias("bad"),
+            col.str.contains("\x1b", literal=True).any().alias("esc"),
+            col.str.contains("\r", literal=True).any().alias("cr"),
+        ).row(0)
+        if other.height
+        else (False, 0, False, False)
+    )
     if pem:
         return None
     stats: dict[str, int] = {}
@@ -184,6 +188,17 @@ def scan(data: bytes, first_line: int, sniff: dict[str, Any] | None = None) -> S
         cr = bool(other["text"].str.contains("\r", literal=True).any())
     n = len(other) + len(decode) + len(prefill) + len(bulk)
     return Scanned(n, other, decode, prefill, bulk, bool(cr), stats)
+
+
+def gaps(got: Scanned | None, base: int) -> tuple[pl.Series | None, bool]:
+    """Where the lines the reader typed lie between those it left (the chunk's first line is
+    ``base + 1``): per line left, whether some come just before it, and whether some come
+    after the last (``redact_lines``' ``gaps`` and ``tail_gap``); None, False: no reader."""
+    if got is None:
+        return None, False
+    seen = got.other["line"]
+    tail = (seen[-1] if len(seen) else base) != base + got.n
+    return (seen - seen.shift(1, fill_value=base)) != 1, tail
 
 
 def texts(bulk: pl.DataFrame) -> pl.DataFrame:

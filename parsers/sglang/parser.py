@@ -52,6 +52,7 @@ MAX_TEXT = 4000  # text kept per line in the `lines` frame
 # of both paths: tests/test_parser_golden.py)
 BULK_MIN_LINES = 128
 _IS_BATCH = pl.col("text").str.contains(metrics.BATCH_HEAD)
+_NO_LINES = pl.DataFrame(schema={"text": pl.String, "line": pl.Int64, "batch": pl.Boolean})
 # Secrets: one choke point, ``redact_lines`` in ``LogParser._lines_of`` (parsers/secrets.py).
 
 
@@ -348,19 +349,20 @@ class LogParser(Between):
         if wrapper is not None and wrapper.keeps_lines:
             lines_s = wrapper.unwrap(lines_s, sniff["params"])
         # the one place secrets are removed: every table, and the state, reads these lines
-        gaps, tail_gap = None, False
-        if fast is not None:  # the metrics lines it read: between (and after) these lines
-            seen = fast.other["line"]
-            gaps = (seen - seen.shift(1, fill_value=base)) != 1
-            tail_gap = (seen[-1] if len(seen) else base) != base + fast.n
-        lines_s, n_secret, self._pem_open = redact_lines(lines_s, self._pem_open, gaps, tail_gap)
-        if n_secret:
-            ck.stats["lines_redacted"] = n_secret
+        # (none where the reader typed every line: a regex costs ~0.15 ms on no rows)
+        typed_all = fast is not None and not len(lines_s) and not self._pem_open
+        if not typed_all:
+            done = redact_lines(lines_s, self._pem_open, *native.gaps(fast, base))
+            lines_s, self._pem_open = done.lines, done.pem_open
+            if done.changed:
+                ck.stats["lines_redacted"] = done.changed
         n = len(lines_s) if fast is None else fast.n
         self.line_no += n
         ck.stats["lines_total"] = n
         if partial:
             ck.stats["partial_lines"] = 1
+        if typed_all:
+            return _NO_LINES.clear()
         nos = pl.int_range(1, n + 1, dtype=pl.Int64) + base if fast is None else fast.other["line"]
         df = pl.DataFrame({"text": lines_s}).with_columns(nos.alias("line"))
         if cr:
