@@ -8,6 +8,7 @@ patterns.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -135,6 +136,7 @@ def test_it_types_exactly_the_lines_of_a_compiled_rule(msg, head, s):
         "ts": prefix[1:20],
         "rank": prefix[21:],
         "msg": rest,
+        "dt": datetime.strptime(prefix[1:20], "%Y-%m-%d %H:%M:%S"),
     }
 
 

@@ -761,15 +761,16 @@ static int kind_table(Table *t, const Kind *k) {
 /* ---- the access and warning lines (configure_bulk) ------------------------------------ */
 /* A line with SGLang's plain prefix, every byte printable ASCII, whose message has the shape
  * of the rule `uvicorn_access` or `uvicorn_warning` (native.py pins both patterns to the
- * readers below), becomes a row of the `bulk` table (line, kind, ts, rank, msg, flag), the
- * row parsers/sglang/bulk.py gives such a line. Whether an earlier rule of the table, or the
- * secrets step, would take the line is not decided here: their patterns are Python's. What is
- * known is what text each needs (parsers/regex_literals.py reads it from their own patterns):
- * a line holding none of an earlier rule's literals has no earlier rule (flag 0); one that
- * does gets flag bit 1, one holding a literal of the secrets sieve bit 2, and native.py
- * decides those lines with the patterns themselves. A line holding a literal of a metrics
- * head (the polars path reads it as a metrics line) or of a PEM key's BEGIN (that path reads
- * the whole chunk) is left in `other`. */
+ * readers below), becomes a row of the `bulk` table (line, kind, ts, rank, msg, flag, dt): the
+ * row parsers/sglang/bulk.py gives such a line, and `dt`, its time in microseconds (what
+ * polars' to_datetime makes of `ts`: the `lines` table's). Whether an earlier rule of the
+ * table, or the secrets step, would take the line is not decided here: their patterns are
+ * Python's. What is known is what text each needs (parsers/regex_literals.py reads it from
+ * their own patterns): a line holding none of an earlier rule's literals has no earlier rule
+ * (flag 0); one that does gets flag bit 1, one holding a literal of the secrets sieve bit 2,
+ * and native.py decides those lines with the patterns themselves. A line holding a literal of
+ * a metrics head (the polars path reads it as a metrics line) or of a PEM key's BEGIN (that
+ * path reads the whole chunk) is left in `other`. */
 #define MAX_LITS 512
 typedef struct {
     char *text; /* lower case when icase */
@@ -922,7 +923,8 @@ static int read_bulk(const char *p, const char *end, int64_t line, Table *t, Dat
     Col *c = t->cols;
     if (col_put(&c[0], &line, 0) || col_put(&c[1], bulk_kind[kind], bulk_kind_len[kind]) ||
         col_put(&c[2], p + 1, 19) || col_put(&c[3], rank, rank_len) ||
-        col_put(&c[4], m, (size_t)(end - m)) || col_put(&c[5], &flag, 0))
+        col_put(&c[4], m, (size_t)(end - m)) || col_put(&c[5], &flag, 0) ||
+        col_put(&c[6], &ts, 0))
         return -1;
     t->n++;
     return 1;
@@ -1026,13 +1028,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_ssize_t n = buf.len;
     Table other = {0}, out[3] = {{0}, {0}, {0}};
     static char *other_names[] = {"line", "text"};
-    static char *bulk_names[] = {"line", "kind", "ts", "rank", "msg", "flag"};
+    static char *bulk_names[] = {"line", "kind", "ts", "rank", "msg", "flag", "dt"};
     int ok = 0, oom = 0;
     Py_BEGIN_ALLOW_THREADS
     if (n > 0 && n < INT32_MAX && plain_text(p, n)) {
         ok = 1;
         oom = table_init(&other, 2, "ls", other_names) || kind_table(&out[0], &kinds[0]) ||
-              kind_table(&out[1], &kinds[1]) || table_init(&out[2], 6, "lssssi", bulk_names) ||
+              kind_table(&out[1], &kinds[1]) || table_init(&out[2], 7, "lssssit", bulk_names) ||
               scan_lines(p, n, first, &other, out);
     }
     Py_END_ALLOW_THREADS

@@ -264,6 +264,14 @@ def empty() -> pl.DataFrame:
     return pl.DataFrame(schema=_SCHEMA)
 
 
+def merged(quick: pl.DataFrame, typed: pl.DataFrame) -> pl.DataFrame:
+    """The bulk lines read here and those the compiled reader typed, in line order (its
+    ``dt``, the time read there, null on the others)."""
+    if quick.is_empty():
+        return typed
+    return pl.concat([quick, typed], how="diagonal").sort("line")
+
+
 def gaps(quick: pl.DataFrame, rare: pl.DataFrame) -> dict[int | None, tuple[int, str | None]]:
     """Where bulk lines lie between the rare ones: the line of each rare line that has bulk
     lines just before it (None: after the last) -> (the row of the first of them in ``quick``,
@@ -353,15 +361,19 @@ def lines_frame(python: pl.DataFrame, quick: pl.DataFrame, max_text: int) -> pl.
     access lines are kept while the chunk has fewer than ``MAX_ACCESS_LINES`` rows before them."""
     if not quick.is_empty():
         ts, msg = quick.get_column("ts"), quick.get_column("msg")
-        # no fraction anywhere (19 bytes: date, time): the same instants, by the format
-        # polars parses fastest (~4x)
-        frac = (ts.str.len_bytes().max() or 0) > 19
-        ts = ts.str.to_datetime(
-            "%Y-%m-%d %H:%M:%S%.f" if frac else "%Y-%m-%d %H:%M:%S",
-            strict=False,
-            time_unit="us",
-            cache=False,
-        )
+        dt = quick.get_column("dt") if "dt" in quick.columns else None
+        if dt is not None and not dt.null_count():  # (the compiled reader's rows: read there)
+            ts = dt.alias("ts")
+        else:
+            # no fraction anywhere (19 bytes: date, time): the same instants, by the format
+            # polars parses fastest (~4x)
+            frac = (ts.str.len_bytes().max() or 0) > 19
+            ts = ts.str.to_datetime(
+                "%Y-%m-%d %H:%M:%S%.f" if frac else "%Y-%m-%d %H:%M:%S",
+                strict=False,
+                time_unit="us",
+                cache=False,
+            )
         if (msg.str.len_bytes().max() or 0) > max_text:  # (bytes >= characters)
             msg = msg.str.slice(0, max_text)
         # Series by Series: a `select` of them costs ~0.1 ms more

@@ -118,8 +118,9 @@ class Scanned:
     lines it left to the polars path (ANSI sequences removed, as text.py removes them);
     ``decode`` / ``prefill``, the rows it typed (``line``, ``ts``, ``rank``, ``iter``, the
     fields, ``cuda_graph``, ``extra``; no ``run_index`` yet); ``bulk``, the access and warning
-    lines, as bulk.py's rows (``line``, ``kind``, ``ts``, ``rank``, ``msg``); ``cr``: some
-    other line holds a CR; ``stats``: text.py's counters of the decoding steps."""
+    lines, as bulk.py's rows (``line``, ``kind``, ``ts``, ``rank``, ``msg``) and ``dt``, their
+    time (the ``lines`` table's ``ts``); ``cr``: some other line holds a CR; ``stats``:
+    text.py's counters of the decoding steps."""
 
     n: int
     other: pl.DataFrame

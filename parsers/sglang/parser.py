@@ -299,7 +299,7 @@ class LogParser(Between):
                 else (bulk_.empty(), other)
             )
             if typed is not None:
-                quick = typed if quick.is_empty() else pl.concat([quick, typed]).sort("line")
+                quick = bulk_.merged(quick, typed)
             quick = self._python_lines_between(ck, other, quick, rare, typed)
         else:
             if typed is not None:
