@@ -11,7 +11,9 @@ the CPU of the threads alive at its end, by name (polars' ``polars-N``, ``async-
 ``tokio-rt-worker``, jemalloc's ``jemalloc_bg_thd``, the parse's own). Then prints one line
 per process and the CPU of all of them (docs/performance.md, "A worker's CPU, thirteenth
 stop"). A worker started ahead and never given a file is killed: it reports nothing (the
-total of the children, from ``getrusage``, still counts it). Host entries come from the
+total of the children, from ``getrusage``, still counts it). A pool's zygote (forensics/
+ingest/zygote.py) has a line of its own; a worker it forked counts its CPU from the fork, and
+each worker says when it was ready (began to wait for its first file) since the start. Host entries come from the
 store's config.toml, as for ``forensics ingest``; or
 
     python scripts/ingest_cpu.py --loopback 8 LOG [INGEST OPTIONS]
@@ -33,6 +35,7 @@ import time
 from pathlib import Path
 
 OUT_VAR = "FORENSICS_INGEST_CPU_OUT"  # the file each process appends its line to
+T0_VAR = "FORENSICS_INGEST_CPU_T0"  # the ingest's start (time.time())
 
 
 def _cpu() -> float:
@@ -65,12 +68,21 @@ def hook() -> None:
     path = os.environ.get(OUT_VAR)
     if not path:
         return
-    worker = sys.argv[:1] == ["-c"]  # forensics.ingest.pool._Worker's interpreter
+    worker = sys.argv[:1] == ["-c"]  # a spawned worker's interpreter, or a pool's zygote's
     jobs: list[list[float]] = []
+    ready: list[float] = []  # when it began to wait for its first file (since the start)
+    forked: list[bool] = []  # a zygote: it forked workers (forensics/ingest/zygote.py)
+    os.register_at_fork(after_in_parent=lambda: forked.append(True), after_in_child=forked.clear)
     if worker:
         import forensics.ingest.pool as pool  # no polars: the worker imports it itself
 
-        run_job = pool._run_job
+        run_job, worker_main = pool._run_job, pool._worker_main
+
+        def main_noted(*args, **kwargs):
+            ready.append(time.time() - float(os.environ.get(T0_VAR, "nan")))
+            return worker_main(*args, **kwargs)
+
+        pool._worker_main = main_noted
 
         def timed(*args, **kwargs):
             jobs.append([_cpu(), 0.0, time.monotonic()])
@@ -84,7 +96,8 @@ def hook() -> None:
     def report() -> None:
         t, ru = os.times(), resource.getrusage(resource.RUSAGE_SELF)
         line = {
-            "role": "worker" if worker else "main",
+            "role": "zygote" if forked and worker else "worker" if worker else "main",
+            "ready_s": ready[0] if ready else None,
             "pid": os.getpid(),
             "user": t.user,
             "sys": t.system,
@@ -113,6 +126,7 @@ def _row(p: dict) -> str:
         f"{p['role']:6s} {p['pid']:>7d}  {p['user'] + p['sys']:5.2f} s "
         f"({p['user']:.2f} user + {p['sys']:.2f} sys)"
         + (f", {first:.2f} s before its first file" if first is not None else "")
+        + (f", ready {p['ready_s']:.2f} s after the start" if p.get("ready_s") else "")
         + (f"; files: {files}" if files else "")
         + f"; peak RSS {p['maxrss_mb']:.0f} MB, {p['minflt']} page faults, "
         + f"{p['vcsw']}+{p['ivcsw']} context switches"
@@ -131,6 +145,7 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[int, float, list[dict]]:
             p for p in (tmp, str(here), str(here.parent), env.get("PYTHONPATH")) if p
         )
         t0 = time.monotonic()
+        env[T0_VAR] = repr(time.time())
         cmd = [sys.executable, "-m", "forensics", "ingest", *args]
         rc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode
         wall = time.monotonic() - t0
@@ -158,7 +173,7 @@ def main() -> int:
     import resource
 
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    procs.sort(key=lambda p: (p["role"] != "main", p["pid"]))
+    procs.sort(key=lambda p: (["main", "zygote", "worker"].index(p["role"]), p["pid"]))
     for p in procs:
         print(_row(p))
     workers = [p for p in procs if p["role"] == "worker"]

@@ -22,14 +22,18 @@ from tests.test_ingest_parallel import _big_log, _children, _same_store
 
 
 def _workers() -> set[int]:
-    """This process's ingest workers (forensics.ingest.pool._Worker)."""
+    """This process's ingest workers (forensics.ingest.pool._Worker): spawned, or forked by
+    a pool's zygote (forensics/ingest/zygote.py)."""
     found = set()
     for pid in _children(os.getpid()):
         try:
-            if b"_worker_entry" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(pid)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
+        if b"_worker_entry" in cmdline:
+            found.add(pid)
+        elif b"zygote_entry" in cmdline:
+            found |= _children(pid)
     return found
 
 

@@ -103,6 +103,19 @@ def _children(pid: int) -> set[int]:
     return kids
 
 
+def _descendants(pid: int) -> set[int]:
+    """The children of ``pid`` and the workers a pool's zygote among them forked (forensics/
+    ingest/zygote.py): every process of a pool, spawned or forked."""
+    found = _children(pid)
+    for kid in list(found):
+        try:
+            if b"zygote_entry" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                found |= _children(kid)
+        except OSError:
+            continue
+    return found
+
+
 def _gone(pids: set[int], timeout: float = 60) -> bool:
     """Every process of ``pids`` exited (a zombie counts as exited) within ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -124,8 +137,8 @@ def _gone(pids: set[int], timeout: float = 60) -> bool:
 def _wait_for_workers(p: subprocess.Popen, n: int = 1, timeout: float = 120) -> set[int]:
     deadline = time.monotonic() + timeout
     while p.poll() is None and time.monotonic() < deadline:
-        kids = _children(p.pid)
-        if len(kids) >= n:
+        kids = _descendants(p.pid)
+        if len(kids) > n:  # its zygote and n workers (or n + 1 spawned ones)
             return kids
         time.sleep(0.005)
     raise AssertionError(f"no worker process appeared (exit {p.poll()})")
@@ -230,7 +243,7 @@ def test_a_worker_that_dies_fails_its_file_alone(tmp_path):
     assert len(failed) == 1 and failed[0]["reason"] == "worker", files
     assert sorted(f["status"] for f in files) == ["failed", "new", "new"]
     warning = [w for w in json.loads(out)["warnings"] if failed[0]["path"] in w]
-    assert len(warning) == 1 and "worker process died" in warning[0], warning
+    assert len(warning) == 1 and "worker process died (exit -9)" in warning[0], warning
     st = Store.open(home)
     assert len(st.sources()) == 2 and st.table("runs").height == 2
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -263,7 +276,7 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
         if man.exists() and json.loads(man.read_text()).get("sources"):
             break
         time.sleep(0.01)
-    workers |= _children(p.pid)
+    workers |= _descendants(p.pid)
     assert p.poll() is None, "the ingest ended before it could be interrupted"
     if how == "kill -9":
         p.send_signal(signal.SIGKILL)
@@ -326,13 +339,13 @@ def test_ctrl_c_right_after_an_adoption_commits_that_file(tmp_path, monkeypatch,
     logs = [_big_log(tmp_path / f"big{i}.log", 1, i) for i in range(4)]
     root = tmp_path / "st"
     # children of this test process that are not the ingest's (a session's sshd, a simulator)
-    before = _children(os.getpid())
+    before = _descendants(os.getpid())
     s = ingest(Store.open(root), [str(p) for p in logs], jobs=2)
     assert s.interrupted
     # the first file went to the worker, and was adopted; the files this process parsed
     # meanwhile are committed with it; none is listed that the store does not hold
     assert s.files[0].path == str(logs[0]) and all(f.committed for f in s.files)
-    workers = _children(os.getpid()) - before
+    workers = _descendants(os.getpid()) - before
     assert _gone(workers, 30), f"worker processes {sorted(workers)} outlived the ingest"
     st = Store.open(root)
     assert sorted(st.sources()) == sorted(f.source_id for f in s.files)

@@ -24,7 +24,7 @@ import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
 from tests.conftest import FIXTURES
-from tests.test_ingest_parallel import _children, _gone, _same_store
+from tests.test_ingest_parallel import _descendants, _gone, _same_store
 
 HOLD_S = 30  # the most a held host waits for its event (then it connects anyway)
 
@@ -125,7 +125,7 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
     (tmp_path / "empty.log").touch()
     inputs = [f"{name}:{path}" for name, path in logs.items()]
     inputs += [f"h1:{tmp_path / 'empty.log'}", f"h2:{tmp_path / 'gone.log'}", inputs[1]]
-    before = _children(os.getpid())
+    before = _descendants(os.getpid())
     shown: dict[str, list[tuple[int, int, int, int]]] = {}
 
     def progress(path, i, n, done, total):
@@ -168,7 +168,7 @@ def test_the_fast_hosts_logs_are_parsed_before_the_slow_host_connects(
     assert [f.status for f in again.files] == ["unchanged"] * 4
     assert again.warnings == par.warnings[:1]  # the missing log; the empty one is unchanged
     assert _no_thread_left()
-    assert _gone(_children(os.getpid()) - before, 30), "a worker outlived the ingest"
+    assert _gone(_descendants(os.getpid()) - before, 30), "a worker outlived the ingest"
     assert not list((tmp_path / "par" / "staging").glob("*"))
 
 
@@ -202,7 +202,7 @@ def test_an_error_at_a_later_input_stores_nothing_of_what_was_fed(
         "run-check": [f"slow:{logs['slow']}", *fast, "--run", "r1"],
     }[failing]
     ingest(Store.open(tmp_path / "home"), [str(FIXTURES / "sglang_fail_capture.log")])
-    before, children = _snapshot(tmp_path / "home"), _children(os.getpid())
+    before, children = _snapshot(tmp_path / "home"), _descendants(os.getpid())
     said = {}
     try:
         for jobs in ("3", "1"):  # parallel first: the event is set by its feeds
@@ -217,7 +217,7 @@ def test_an_error_at_a_later_input_stores_nothing_of_what_was_fed(
     assert (par.exit_code, par.output) == (ser.exit_code, ser.output)
     assert par.exit_code not in (0, 1) and par.output.startswith("Error: "), par.output
     assert len(par.output.splitlines()) == 1 and "Traceback" not in par.output, par.output
-    assert _gone(_children(os.getpid()) - children, 30), "a worker outlived the ingest"
+    assert _gone(_descendants(os.getpid()) - children, 30), "a worker outlived the ingest"
     assert _no_thread_left()
 
 
@@ -263,7 +263,7 @@ def test_an_interrupt_while_the_inputs_are_listed_stores_nothing_and_leaves_no_w
         while not (fed.exists() and sorted(fed.read_text().split()) == ["h1", "h2"]):
             assert p.poll() is None and time.monotonic() < deadline, "no log fed"
             time.sleep(0.01)
-        workers = _children(p.pid)
+        workers = _descendants(p.pid)
         os.killpg(p.pid, sig)
         out, err = p.communicate(timeout=120)
     finally:
@@ -307,7 +307,7 @@ def test_an_interrupt_in_the_library_leaves_no_thread_and_the_lookup_does_nothin
     monkeypatch.setattr(early.EarlyFeed, "feed", interrupted)
     home = tmp_path / "home"
     ingest(Store.open(home), [str(FIXTURES / "sglang_fail_capture.log")])
-    before, children = _snapshot(home), _children(os.getpid())
+    before, children = _snapshot(home), _descendants(os.getpid())
     inputs = [f"{name}:{path}" for name, path in logs.items()]
     shells: list[str] = []
     monkeypatch.setattr(hosts.SSHHost, "stream_coming", lambda self: shells.append(self.name))
@@ -317,7 +317,7 @@ def test_an_interrupt_in_the_library_leaves_no_thread_and_the_lookup_does_nothin
             ingest(Store.open(home), inputs, jobs=3)
         assert _snapshot(home) == before
         assert _no_thread_left()
-        assert _gone(_children(os.getpid()) - children, 30), "a worker outlived the ingest"
+        assert _gone(_descendants(os.getpid()) - children, 30), "a worker outlived the ingest"
         release.set()
         lookups = [t for t in threading.enumerate() if t.name == "forensics-lookup"]
         for t in lookups:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -93,11 +92,21 @@ class _Aborted(Exception):
 
 
 def _worker_entry() -> None:
-    """A worker process's main (``_Worker``): its pipe is the fd in argv[1]."""
+    """A spawned worker process's main (``_Worker``): its pipe is the fd in argv[1]."""
     import sys
     from multiprocessing.connection import Connection
 
-    from forensics.collector import pause, resume
+    from forensics.collector import resume
+
+    _prepare()
+    resume()
+    _worker_main(Connection(int(sys.argv[1])))
+
+
+def _prepare() -> None:
+    """A worker's process before its first file (a spawned worker's, a zygote's: forensics/
+    ingest/zygote.py): one arena, signals ignored, the parse imported, the collector paused."""
+    from forensics.collector import pause
     from forensics.ingest.heap import one_arena
     from forensics.unread import install
 
@@ -108,8 +117,6 @@ def _worker_entry() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)  # blocked from its start
     pause()  # no garbage collection through the imports (forensics/collector.py)
     _import_parse()
-    resume()
-    _worker_main(Connection(int(sys.argv[1])))
 
 
 def _import_parse() -> None:
@@ -248,40 +255,33 @@ class Job:
 
 
 class _Worker:
-    """A worker process: a fresh interpreter running ``_worker_entry`` (no fork: polars'
-    threads make it unsafe; not multiprocessing's spawn, which imports the caller's main
-    module again), joined to this process by a socket pair."""
+    """A worker process, joined to this process by a socket pair: forked by the pool's zygote
+    (forensics/ingest/zygote.py), else a fresh interpreter running ``_worker_entry`` (not
+    multiprocessing's spawn, which imports the caller's main module again)."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, zygote: Any = None):
         import socket
-        import subprocess
-        import sys
         from multiprocessing.connection import Connection
+
+        from forensics.ingest.zygote import interpreter
 
         ours, theirs = socket.socketpair()
         for sock, opt in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
             # a chunk (READ_CHUNK) in one write where the system allows it: fewer wake-ups
             # of the worker per chunk (the default buffer, ~200 KB, is 20 per chunk)
             sock.setsockopt(socket.SOL_SOCKET, opt, PIPE_BYTES)
-        env = dict(os.environ, POLARS_MAX_THREADS=str(threads))
-        top = str(Path(__file__).resolve().parents[2])  # where this forensics is imported from
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (top, env.get("PYTHONPATH")) if p)
         code = "from forensics.ingest.pool import _worker_entry; _worker_entry()"
-        # started with _SIGNALS blocked (the mask survives exec), so a Ctrl-C while it imports
-        # cannot print its traceback; here a Ctrl-C meanwhile is delivered at the unblock
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-            )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            theirs.close()
+
+        def spawn(theirs: Any) -> Any:
+            return interpreter(code, theirs.fileno(), threads)
+
+        if zygote is not None:  # it closes theirs
+            self.proc = zygote.worker(theirs, spawn)
+        else:
+            try:
+                self.proc = spawn(theirs)
+            finally:
+                theirs.close()
         self.conn = Connection(ours.detach())
         self.job: Job | None = None
         self.used = False  # given a file (else, started ahead, it only imported: killed)
@@ -305,6 +305,7 @@ class Pool:
         self._threads = threads
         self.workers: list[_Worker] = []
         self._spawning: threading.Thread | None = None  # prestart_beside's
+        self._zygote: Any = None  # forensics.ingest.zygote.Zygote, started with the first worker
 
     @classmethod
     def of_store(cls, root: Path, jobs: int) -> Pool:
@@ -319,7 +320,7 @@ class Pool:
         self._joined()
         self.workers = [w for w in self.workers if w.job is not None or w.alive()]
         while len(self.workers) < self.jobs and sum(w.job is None for w in self.workers) < idle:
-            self.workers.append(_Worker(self._threads))
+            self.workers.append(self._start())
 
     def prestart_beside(self, idle: int) -> None:
         """``prestart`` in a thread: the caller goes on (connects its hosts) while the
@@ -397,10 +398,18 @@ class Pool:
                 continue
             self.workers = [w for w in self.workers if w.job is not None or w.alive()]
             if len(self.workers) < self.jobs:
-                w = _Worker(self._threads)
+                w = self._start()
                 self.workers.append(w)
                 return w
             self.wait(block=True)
+
+    def _start(self) -> _Worker:
+        """A new worker, forked by the pool's zygote (started now if it is the first one)."""
+        if self._zygote is None:
+            from forensics.ingest.zygote import Zygote
+
+            self._zygote = Zygote.start(self._threads) or False  # False: none (spawned)
+        return _Worker(self._threads, self._zygote or None)
 
     def wait(self, block: bool) -> None:
         """Collect the replies of workers that finished a file (at least one if ``block``):
@@ -444,6 +453,9 @@ class Pool:
         for w in self.workers:
             _stop(w)
         self.workers = []
+        if self._zygote:
+            self._zygote.close()  # after its workers: it kills those it still has
+        self._zygote = None
 
 
 def _exitcode(w: _Worker) -> Any:

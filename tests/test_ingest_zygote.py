@@ -1,0 +1,145 @@
+"""A parallel ingest's workers forked from one process that imported the parse, the pool's
+zygote (forensics/ingest/zygote.py, issue 15): the workers are its children and import
+nothing again; the store is the serial ingest's; a worker's exit (a signal's too) is known;
+no process of the pool outlives the ingest; a zygote that is not single-threaded when asked
+to fork leaves the pool to spawn its workers, with the same store."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import forensics.ingest.pool as pool
+from forensics.ingest import ingest
+from forensics.store import Store
+from tests.test_ingest_parallel import _big_log, _gone, _same_store
+
+# a sitecustomize: the pid of each process that loads polars' package, a line each
+IMPORTS = """
+import os, sys
+
+def _noted(event, args):
+    if event == "import" and args[0] == "polars":
+        with open({path!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+
+sys.addaudithook(_noted)
+"""
+
+# a sitecustomize: a pool's zygote starts a thread before it serves (as an import that starts
+# one would), and notes its pid
+THREADED = """
+import os, sys, threading, time
+
+if sys.argv[:1] == ["-c"]:
+    try:
+        import forensics.ingest.zygote as z
+    except ImportError:  # no zygote here
+        z = None
+    if z is not None:
+        serve = z._serve
+
+        def threaded(*args):
+            threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+            with open({path!r}, "a") as f:
+                f.write(f"{{os.getpid()}}\\n")
+            serve(*args)
+
+        z._serve = threaded
+"""
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _site(tmp_path: Path, monkeypatch, code: str) -> None:
+    """``code`` as the sitecustomize of the processes this one starts."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(code)
+    paths = [str(site), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+
+
+def _parallel(tmp_path: Path, monkeypatch, logs: list[str]) -> list[tuple]:
+    """A parallel ingest (2 workers) of ``logs`` into tmp_path/st, every log given to a
+    worker, and its store compared with a serial one's: (the worker's pid, its parent's,
+    their command lines) of each log."""
+    seen = []
+    submit = pool.Pool.submit
+
+    def noted(self, job, *a):
+        submit(self, job, *a)
+        pid = job.worker.proc.pid
+        seen.append((pid, _parent(pid), _cmdline(pid), _cmdline(_parent(pid))))
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool.Pool, "submit", noted)
+    s = ingest(Store.open(tmp_path / "st"), logs, jobs=2)
+    assert [f.status for f in s.files] == ["new"] * len(logs)
+    monkeypatch.undo()
+    ingest(Store.open(tmp_path / "serial"), logs, jobs=1)
+    _same_store(tmp_path / "serial", tmp_path / "st")
+    return seen
+
+
+def test_the_workers_are_forked_by_the_pools_zygote_and_import_nothing_again(tmp_path, monkeypatch):
+    imported = tmp_path / "imported"
+    _site(tmp_path, monkeypatch, IMPORTS.format(path=str(imported)))
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(3)]
+    seen = _parallel(tmp_path, monkeypatch, logs)
+    workers, parents = {w for w, *_ in seen}, {p for _, p, *_ in seen}
+    assert len(workers) == 2 and len(parents) == 1, seen
+    zygote = parents.pop()
+    assert zygote != os.getpid(), "the workers are this process's children: spawned"
+    assert b"zygote_entry" in seen[0][3]
+    importers = {int(line) for line in imported.read_text().split()}
+    assert zygote in importers, "the zygote did not import polars"
+    assert not workers & importers, "a forked worker imported polars again"
+    assert _gone({zygote, *workers}), "a process of the pool outlived the ingest"
+
+
+def test_a_zygote_with_threads_leaves_the_pool_to_spawn_its_workers(tmp_path, monkeypatch):
+    """fork is safe only in a process of one thread: a zygote with another says so, and the
+    pool spawns fresh interpreters instead (as where fork is not available)."""
+    noted = tmp_path / "zygotes"
+    _site(tmp_path, monkeypatch, THREADED.format(path=str(noted)))
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(3)]
+    seen = _parallel(tmp_path, monkeypatch, logs)
+    assert noted.exists(), "no zygote was started"
+    zygotes = {int(line) for line in noted.read_text().split()}
+    assert len(zygotes) == 1
+    workers = {w for w, *_ in seen}
+    assert {p for _, p, *_ in seen} == {os.getpid()}, "a worker forked by a zygote with threads"
+    assert all(b"_worker_entry" in cmdline for _, _, cmdline, _ in seen)
+    assert _gone(zygotes | workers), "a process of the pool outlived the ingest"
+
+
+def test_the_zygote_reports_each_workers_exit_and_ends_the_rest_when_closed():
+    """A worker that ends (STOP) exits 0, one killed by a signal -9: the zygote, their
+    parent, reaps them and says so. Closing it ends it and the worker it still has."""
+    from forensics.ingest.zygote import Zygote
+
+    z = Zygote.start(1)
+    assert z is not None
+    workers = [pool._Worker(1, z) for _ in range(3)]
+    try:
+        assert {_parent(w.proc.pid) for w in workers} == {z.proc.pid}
+        workers[0].conn.send(pool.STOP)
+        assert workers[0].proc.wait(60) == 0
+        os.kill(workers[1].proc.pid, signal.SIGKILL)
+        assert workers[1].proc.wait(60) == -signal.SIGKILL
+        assert workers[2].proc.poll() is None
+        last = workers[2].proc.pid
+        z.close()
+        assert _gone({last, z.proc.pid}), "the zygote or its worker outlived its close"
+        assert z.proc.returncode == 0
+    finally:
+        for w in workers:
+            w.conn.close()
