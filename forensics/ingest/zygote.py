@@ -32,7 +32,6 @@ import struct
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,8 @@ class Zygote:
             theirs.close()
         self.sock = ours
         self._lock = threading.Lock()
-        self._pending: deque[Forked] = deque()  # asked for, in order, their pid not known yet
+        self._pending: dict[int, Forked] = {}  # by request: asked for, their pid not known yet
+        self._asked = 0  # the requests made (each one's number comes back with its reply)
         self._exits: dict[int, int] = {}
         self.threads = 0  # the threads it reported (not 0: it forks no more)
         self.gone = False  # its control socket ended: its children are killed with it
@@ -116,12 +116,13 @@ class Zygote:
         with self._lock:
             if not (self.threads or self.gone):
                 forked = Forked(self, theirs, spawn)
+                self._asked += 1
                 try:
-                    socket.send_fds(self.sock, [b"F"], [theirs.fileno()])
+                    socket.send_fds(self.sock, [_MSG.pack(b"F", 0, self._asked)], [theirs.fileno()])
                 except OSError:
                     self._ended()
                 else:
-                    self._pending.append(forked)
+                    self._pending[self._asked] = forked
                     return forked
         try:
             return spawn(theirs)
@@ -156,22 +157,28 @@ class Zygote:
                 return
 
     def _take(self, kind: bytes, pid: int, value: int) -> None:
+        """b"X": a worker's exit status; b"P": request ``value`` forked as ``pid``; b"T":
+        request ``value`` not forked, the zygote has ``pid`` threads (it forks no more)."""
         if kind == b"X":
             self._exits[pid] = value
-        elif self._pending:  # b"P" (forked: its pid) or b"T" (threads: it forks no more)
-            forked = self._pending.popleft()
-            if kind == b"T":
-                self.threads = value
-                forked._spawned()
-            else:
-                forked._forked(pid)
+            return
+        forked = self._pending.pop(value, None)
+        if kind == b"T":
+            self.threads = pid
+        if forked is None:  # a request interrupted before it was noted: killed at the close
+            return
+        if kind == b"T":
+            forked._spawned()
+        else:
+            forked._forked(pid)
 
     def _ended(self) -> None:
         """Its control socket ended: the zygote is gone, its workers killed with it
         (PR_SET_PDEATHSIG); those it had not forked yet are spawned."""
         self.gone = True
-        while self._pending:
-            self._pending.popleft()._spawned()
+        pending, self._pending = self._pending, {}
+        for forked in pending.values():
+            forked._spawned()
 
     def exit(self, pid: int) -> int | None:
         if pid in self._exits:
@@ -359,15 +366,16 @@ def _serve(ctl: Any, deferred: _DeferredStartup) -> None:
             pid = _MSG.unpack(msg)[1]
             if pid in children:
                 os.kill(pid, signal.SIGKILL)
-        elif msg[:1] == b"F" and fds:
+        elif msg[:1] == b"F" and fds and len(msg) == _MSG.size:
+            asked = _MSG.unpack(msg)[2]
             threads = _threads()
             if threads != 1:  # fork is safe only with one thread: the pool spawns instead
                 os.close(fds[0])
-                _send(ctl, b"T", 0, threads or -1)
+                _send(ctl, b"T", threads or -1, asked)
                 continue
             pid = _fork(fds[0], (ctl.fileno(), wake_r, wake_w), deferred)
             children.add(pid)
-            _send(ctl, b"P", pid, 0)
+            _send(ctl, b"P", pid, asked)
     for pid in children:  # the pool is closed or the main process gone: none outlives it
         os.kill(pid, signal.SIGKILL)
     _reap(ctl, children, block=True)
