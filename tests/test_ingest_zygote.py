@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
-from tests.test_ingest_parallel import _big_log, _gone, _same_store
+from tests.test_ingest_parallel import _big_log, _children, _gone, _same_store
 
 # a sitecustomize: the pid of each process that loads polars' package, a line each
 IMPORTS = """
@@ -143,3 +144,27 @@ def test_the_zygote_reports_each_workers_exit_and_ends_the_rest_when_closed():
     finally:
         for w in workers:
             w.conn.close()
+
+
+def test_a_worker_killed_before_this_process_knows_its_pid_ends_its_pipe():
+    """No end of a forked worker's socket stays in the main process: killed before the
+    zygote's reply is read, the worker's pipe still ends (a wait on it would hang)."""
+    from multiprocessing.connection import wait
+
+    from forensics.ingest.zygote import Zygote
+
+    z = Zygote.start(1)
+    assert z is not None
+    w = pool._Worker(1, z)
+    try:
+        deadline, kids = time.monotonic() + 120, set()
+        while not kids and time.monotonic() < deadline:
+            kids = _children(z.proc.pid)
+            time.sleep(0.01)
+        assert len(kids) == 1, "the zygote forked no worker"
+        os.kill(kids.pop(), signal.SIGKILL)
+        assert wait([w.conn], timeout=60) == [w.conn], "the worker's pipe did not end"
+        assert w.proc.wait(60) == -signal.SIGKILL
+    finally:
+        z.close()
+        w.conn.close()

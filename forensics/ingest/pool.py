@@ -272,14 +272,14 @@ class _Worker:
             sock.setsockopt(socket.SOL_SOCKET, opt, PIPE_BYTES)
         code = "from forensics.ingest.pool import _worker_entry; _worker_entry()"
 
-        def spawn(theirs: Any) -> Any:
-            return interpreter(code, theirs.fileno(), threads)
+        def spawn(fd: int) -> Any:
+            return interpreter(code, fd, threads)
 
         if zygote is not None:  # it closes theirs
             self.proc = zygote.worker(theirs, spawn)
         else:
             try:
-                self.proc = spawn(theirs)
+                self.proc = spawn(theirs.fileno())
             finally:
                 theirs.close()
         self.conn = Connection(ours.detach())

@@ -25,6 +25,7 @@ the workers it still has, reaps them and exits; a worker whose zygote dies is ki
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -108,24 +109,25 @@ class Zygote:
         except OSError:
             return None
 
-    def worker(self, theirs: Any, spawn: Callable[[Any], Any]) -> Any:
-        """A worker on the socket ``theirs`` (this process's copy is closed once it is
-        forked): a ``Forked``, or ``spawn(theirs)``'s process where the zygote forks no more."""
+    def worker(self, theirs: Any, spawn: Callable[[int], Any]) -> Any:
+        """A worker on the socket ``theirs`` (closed here: none of its ends stays in this
+        process, so a worker's death ends its pipe): a ``Forked``, or ``spawn(fd)``'s
+        process where the zygote forks no more."""
         import socket
 
-        with self._lock:
-            if not (self.threads or self.gone):
-                forked = Forked(self, theirs, spawn)
-                self._asked += 1
-                try:
-                    socket.send_fds(self.sock, [_MSG.pack(b"F", 0, self._asked)], [theirs.fileno()])
-                except OSError:
-                    self._ended()
-                else:
-                    self._pending[self._asked] = forked
-                    return forked
         try:
-            return spawn(theirs)
+            with self._lock:
+                if not (self.threads or self.gone):
+                    self._asked += 1
+                    msg = _MSG.pack(b"F", 0, self._asked)
+                    try:
+                        socket.send_fds(self.sock, [msg], [theirs.fileno()])
+                    except OSError:
+                        self._ended()
+                    else:
+                        forked = self._pending[self._asked] = Forked(self, spawn)
+                        return forked
+            return spawn(theirs.fileno())
         finally:
             theirs.close()
 
@@ -134,6 +136,7 @@ class Zygote:
         ever), then take all that came meanwhile. The lock is held a slice at a time: a
         thread that asks for a worker meanwhile waits no longer than that."""
         import select
+        import socket
 
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -144,41 +147,43 @@ class Zygote:
                 ready, _, _ = select.select([self.sock], [], [], max(0.0, left))
                 while ready:
                     try:
-                        msg = self.sock.recv(_MSG.size)
+                        msg, fds, _, _ = socket.recv_fds(self.sock, _MSG.size, 1)
                     except OSError:
-                        msg = b""
+                        msg, fds = b"", []
                     if len(msg) != _MSG.size:
                         self._ended()
                         return
-                    self._take(*_MSG.unpack(msg))
+                    self._take(*_MSG.unpack(msg), fds)
                     ready, _, _ = select.select([self.sock], [], [], 0)
                     timeout = 0  # something came: take the rest, wait no more
             if timeout == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return
 
-    def _take(self, kind: bytes, pid: int, value: int) -> None:
+    def _take(self, kind: bytes, pid: int, value: int, fds: list[int]) -> None:
         """b"X": a worker's exit status; b"P": request ``value`` forked as ``pid``; b"T":
-        request ``value`` not forked, the zygote has ``pid`` threads (it forks no more)."""
+        request ``value`` not forked, its socket back (the zygote has ``pid`` threads: it
+        forks no more)."""
         if kind == b"X":
             self._exits[pid] = value
-            return
-        forked = self._pending.pop(value, None)
+        forked = self._pending.pop(value, None) if kind != b"X" else None
         if kind == b"T":
             self.threads = pid
-        if forked is None:  # a request interrupted before it was noted: killed at the close
-            return
-        if kind == b"T":
-            forked._spawned()
-        else:
-            forked._forked(pid)
+        if forked is not None and kind == b"P":
+            forked._pid = pid
+        elif forked is not None and kind == b"T" and fds:
+            forked._spawned(fds.pop())
+        elif forked is not None:
+            forked._lost = True
+        for fd in fds:
+            os.close(fd)
 
     def _ended(self) -> None:
         """Its control socket ended: the zygote is gone, its workers killed with it
-        (PR_SET_PDEATHSIG); those it had not forked yet are spawned."""
+        (PR_SET_PDEATHSIG), those it had not forked lost (their pipes end)."""
         self.gone = True
         pending, self._pending = self._pending, {}
         for forked in pending.values():
-            forked._spawned()
+            forked._lost = True
 
     def exit(self, pid: int) -> int | None:
         if pid in self._exits:
@@ -206,37 +211,41 @@ class Zygote:
 
 class Forked:
     """A worker forked by the zygote, with the calls of a ``subprocess.Popen`` the pool makes
-    (``pid``, ``poll``, ``wait``, ``kill``); or spawned, where the zygote could not fork it."""
+    (``pid``, ``poll``, ``wait``, ``kill``); or spawned, where the zygote could not fork it;
+    or lost with a zygote that ended before it forked it (it reads as killed)."""
 
-    def __init__(self, zygote: Zygote, theirs: Any, spawn: Callable[[Any], Any]):
-        self._zygote, self._theirs, self._spawn = zygote, theirs, spawn
+    def __init__(self, zygote: Zygote, spawn: Callable[[int], Any]):
+        self._zygote, self._spawn = zygote, spawn
         self._pid: int | None = None
         self._popen: Any = None
+        self._lost = False
 
-    def _forked(self, pid: int) -> None:
-        self._pid = pid
-        self._theirs.close()
-
-    def _spawned(self) -> None:
+    def _spawned(self, fd: int) -> None:
         try:
-            self._popen = self._spawn(self._theirs)
+            self._popen = self._spawn(fd)
+        except OSError:
+            self._lost = True
         finally:
-            self._theirs.close()
+            os.close(fd)
 
     def _started(self) -> bool:
-        """Forked or spawned (the zygote may still be importing the parse)."""
-        return self._pid is not None or self._popen is not None
+        """Forked, spawned or lost (else the zygote may still be importing the parse)."""
+        while self._pid is None and self._popen is None and not self._lost:
+            self._zygote.read(None)
+        return not self._lost
 
     @property
     def pid(self) -> int:
-        while not self._started():
-            self._zygote.read(None)
+        if not self._started():
+            raise ProcessLookupError("its zygote ended before it forked it")
         return self._popen.pid if self._popen is not None else self._pid  # type: ignore[return-value]
 
     def poll(self) -> int | None:
         self._zygote.read(0)
         if self._popen is not None:
             return self._popen.poll()
+        if self._lost:
+            return -signal.SIGKILL
         return None if self._pid is None else self._zygote.exit(self._pid)
 
     def wait(self, timeout: float | None = None) -> int:
@@ -254,11 +263,12 @@ class Forked:
             self._zygote.read(left)
 
     def kill(self) -> None:
-        pid = self.pid
+        if not self._started():
+            return
         if self._popen is not None:
             self._popen.kill()
         else:
-            self._zygote.kill(pid)
+            self._zygote.kill(self._pid)  # type: ignore[arg-type]
 
 
 # -- the zygote process ------------------------------------------------------------------------
@@ -370,8 +380,9 @@ def _serve(ctl: Any, deferred: _DeferredStartup) -> None:
             asked = _MSG.unpack(msg)[2]
             threads = _threads()
             if threads != 1:  # fork is safe only with one thread: the pool spawns instead
+                with contextlib.suppress(OSError):
+                    socket.send_fds(ctl, [_MSG.pack(b"T", threads or -1, asked)], fds[:1])
                 os.close(fds[0])
-                _send(ctl, b"T", threads or -1, asked)
                 continue
             pid = _fork(fds[0], (ctl.fileno(), wake_r, wake_w), deferred)
             children.add(pid)
