@@ -13,9 +13,10 @@ The parse holds the GIL, so N files parse at once only in N processes. The divis
   feeder thread per file sends the chunks down a pipe to the file's worker; a worker that
   falls behind blocks its feeder, so memory stays bounded: a chunk in the pipe, one being
   parsed, STAGE_BYTES staged per table and kind (forensics/store/transaction.py).
-* **A worker** (a fresh interpreter, never a fork: polars' threads make that unsafe) parses the
-  chunks with the same code as the serial path (``_parse_file``) into a transaction over the
-  ingest's staging folder (forensics/store/staging.py), writes its parts there and sends back
+* **A worker** (forked by the pool's zygote, which imported the parse once: forensics/ingest/
+  zygote.py; else a fresh interpreter) parses the chunks with the same code as the serial
+  path (``_parse_file``) into a transaction over the ingest's staging folder
+  (forensics/store/staging.py), writes its parts there and sends back
   what the source record needs (``_Parsed``), its counts and warnings; for a log it parsed
   from byte 0, the verdicts of its runs too (forensics.verdicts.computed: the main process
   stores them where they are the ones it would compute).
@@ -28,7 +29,7 @@ A worker that raises or dies fails its file alone (status ``failed``, reason ``w
 warning line, exit 4); the others are still ingested. Workers ignore SIGINT, SIGTERM and
 SIGHUP: the main process handles them as a Ctrl-C (forensics/entry.py) and stops its workers
 (kill, join) before it commits what was adopted. A worker whose main process is killed reads
-the end of its pipe and exits.
+the end of its pipe and exits (a zygote, the end of its control socket: it kills its workers).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from forensics.ingest.heap import POLARS_THREADS, default_jobs
 from forensics.ingest.outcome import FileOutcome, IngestSummary
 
 POOL_MIN_BYTES = 16 << 20  # a file parsed by a worker: this many bytes to parse or more (a
-# worker costs ~0.3 s of CPU to start, polars' import: smaller files parse in the main process)
+# pool costs ~0.3 s of CPU to start, polars' import in its zygote: smaller files parse here)
 STOP = None  # the message that ends a worker
 PIPE_BYTES = 8 << 20  # socket buffer asked for (the system caps it: net.core.wmem_max)
 # what a worker ignores (forensics.entry.INTERRUPT_SIGNALS: the main process handles them and
