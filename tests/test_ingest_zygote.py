@@ -56,7 +56,12 @@ def _parent(pid: int) -> int:
 
 
 def _cmdline(pid: int) -> bytes:
-    return Path(f"/proc/{pid}/cmdline").read_bytes()
+    """``pid``'s command line (a process spawned a moment ago may not have it yet: Popen
+    returns once its exec began, before its arguments are in place)."""
+    deadline = time.monotonic() + 30
+    while not (line := Path(f"/proc/{pid}/cmdline").read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return line
 
 
 def _site(tmp_path: Path, monkeypatch, code: str) -> None:
@@ -118,7 +123,7 @@ def test_a_zygote_with_threads_leaves_the_pool_to_spawn_its_workers(tmp_path, mo
     assert len(zygotes) == 1
     workers = {w for w, *_ in seen}
     assert {p for _, p, *_ in seen} == {os.getpid()}, "a worker forked by a zygote with threads"
-    assert all(b"_worker_entry" in cmdline for _, _, cmdline, _ in seen)
+    assert all(b"_worker_entry" in cmdline for _, _, cmdline, _ in seen), seen
     assert _gone(zygotes | workers), "a process of the pool outlived the ingest"
 
 
