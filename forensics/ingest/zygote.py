@@ -87,6 +87,9 @@ class Zygote:
         env[name] = ",".join(c for c in (env.get(name), conf) if c)
         try:
             self.proc = interpreter(CODE, theirs.fileno(), threads, env)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.sock = ours
@@ -102,7 +105,8 @@ class Zygote:
         """A zygote, or None where workers cannot be forked (no fork, no SCM_RIGHTS)."""
         import socket
 
-        if not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
+        needs = (hasattr(socket, name) for name in ("send_fds", "SOCK_SEQPACKET"))
+        if not hasattr(os, "fork") or not all(needs):
             return None
         try:
             return cls(threads)
