@@ -149,22 +149,20 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
     the link dropped, the file shrank) is read by the host's SFTP reads from where it
     stopped."""
     from forensics.errors import RemoteError
-    from forensics.logsource import READ_CHUNK, _RawStream
+    from forensics.logsource import READ_CHUNK
 
     want = end - start
     got = 0
     stream: Any = None
     ahead: _DecodeAhead | None = None
-    path = src.path[2:] if src.path.startswith("~/") else src.path  # from $HOME
     damage = tuple(e for w in wires for e in w.errors())
     try:
-        stream = src.host.stream(wire_script(path, start, wires))
+        stream = started(src, start, wires)
         for chunk in _lead(src, stream, start, want):
             got += len(chunk)
             yield chunk
         wire, rest = _open_wire(src, stream, wires)
-        raw = _RawStream(itertools.chain((rest,), stream))
-        log = wire.reader(raw) if wire.reader is not None else io.BufferedReader(raw)
+        log = wire_log(wire, itertools.chain((rest,), stream))
         wait = getattr(src.host, "op_timeout", 30.0) + AHEAD_GRACE
         if src.decode_ahead:
             ahead = _DecodeAhead(src.where, log, got, want - got, wait)
@@ -185,6 +183,22 @@ def streamed(src: Any, start: int, end: int, wires: tuple[Wire, ...]) -> Iterato
             ahead.join()
     if got < want:
         yield from src.host.iter_chunks(src.path, start + got, READ_CHUNK, limit=want - got)
+
+
+def started(src: Any, start: int, wires: tuple[Wire, ...]) -> Any:
+    """The stream of the remote log ``src`` from byte ``start`` (``wire_script``), started."""
+    path = src.path[2:] if src.path.startswith("~/") else src.path  # from $HOME
+    return src.host.stream(wire_script(path, start, wires))
+
+
+def wire_log(wire: Wire, pieces: Iterator[bytes]) -> Any:
+    """The log's bytes read from ``pieces`` of ``wire``'s output (after its header): a
+    binary file (``read(n)``). The main process's stream reads it so, and an ingest worker
+    the pieces its main process forwards (forensics/ingest/wire.py)."""
+    from forensics.logsource import _RawStream
+
+    raw = _RawStream(pieces)
+    return wire.reader(raw) if wire.reader is not None else io.BufferedReader(raw)
 
 
 def _reads(log: Any, skip: int, left: int, stopped: Any = lambda: False) -> Iterator[bytes]:
@@ -208,10 +222,10 @@ class _DecodeAhead:
     off the GIL) was the largest cost of ingest's reading thread, one stage of its pipeline
     (issue 15, remote). At most DECODE_AHEAD chunks wait; an error of ``log`` (damage, the
     link) comes out of the iteration after the chunks before it; every wait of the caller is
-    bounded by ``wait`` seconds. ``stop``, then end what the thread reads (the stream), then
+    bounded by ``wait`` seconds (None: not bounded). ``stop``, then end what the thread reads (the stream), then
     ``join``."""
 
-    def __init__(self, where: str, log: Any, skip: int, n: int, wait: float):
+    def __init__(self, where: str, log: Any, skip: int, n: int, wait: float | None):
         import queue
         import threading
 

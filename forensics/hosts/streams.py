@@ -35,12 +35,12 @@ from forensics.hosts.base import STREAM_AHEAD, STREAM_WINDOW
 
 def drained(
     ahead: queue.Queue,
-    wait: float,
+    wait: float | None,
     where: str,
     lost: Callable[[BaseException], BaseException] | None = None,
 ) -> Iterator[bytes]:
     """What a read-ahead thread puts in ``ahead``, until it puts None: every wait bounded by
-    ``wait`` seconds (RemoteError: no data), an error it puts raised here (as ``lost`` makes
+    ``wait`` seconds (RemoteError: no data; None: not bounded), an error it puts raised here (as ``lost`` makes
     it, when given). The remote stream's reader (``_pieces``) and the decode thread of a
     remote log (forensics/logstream.py) read their threads so."""
     while True:

@@ -88,6 +88,7 @@ class _Hasher:
         self.algs = (CURRENT,) if also in (None, CURRENT) else (CURRENT, also)
         self.hs = [a.new() for a in self.algs]
         self.size = 0
+        self._adopted: str | None = None  # ``adopt``'s digest
 
     def computes(self, like: str | None) -> bool:
         """Whether this hasher computes the algorithm of the stored digest ``like`` (True for
@@ -100,12 +101,21 @@ class _Hasher:
         CURRENT if None)."""
         self._wait()
         alg = alg or CURRENT
+        if self._adopted is not None and alg is CURRENT:
+            return self._adopted
         return alg.prefix + self.hs[self.algs.index(alg)].hexdigest()
 
     def reset(self, like: str | None = None) -> None:
         """From byte 0 again (CURRENT, and ``like``'s algorithm when it is another)."""
         self._wait()
         self._start(like)
+
+    def adopt(self, digest: str, size: int) -> None:
+        """The CURRENT ``digest`` of the file's first ``size`` bytes, hashed elsewhere: the
+        worker that decompressed the log's wire (forensics/ingest/wire.py). This hasher's
+        digest and size from now on, as if it had been fed those bytes."""
+        self.reset()
+        self._adopted, self.size = digest, size
 
     def _update(self, data: Any) -> None:
         for h in self.hs:

@@ -45,6 +45,7 @@ from typing import Any
 from forensics.errors import StreamDamaged
 from forensics.ingest.heap import POLARS_THREADS, default_jobs
 from forensics.ingest.outcome import FileOutcome, IngestSummary
+from forensics.ingest.wire import Rerun, RoutedSource, forward, routes
 
 POOL_MIN_BYTES = 16 << 20  # a file parsed by a worker: this many bytes to parse or more (a
 # pool costs ~0.3 s of CPU to start, polars' import in its zygote: smaller files parse here)
@@ -146,6 +147,8 @@ def _worker_main(conn: Any) -> None:
             reply = ("ok", _run_job(conn, spec))
         except _Aborted:
             reply = ("aborted", None)
+        except Rerun:  # its routed wire failed, read to its end: the main feeds it again
+            reply = ("rerun", None)
         except Exception as exc:  # noqa: BLE001 - the file's outcome, never the ingest's
             text = str(exc).splitlines()[0][:300] if str(exc) else ""
             reply = ("error", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
@@ -153,7 +156,7 @@ def _worker_main(conn: Any) -> None:
             conn.send(reply)
         except OSError:
             return
-        if reply[0] != "ok":
+        if reply[0] not in ("ok", "rerun"):
             return  # its pipe may hold the rest of the file: this worker is done
 
 
@@ -167,7 +170,8 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from forensics.store.transaction import Transaction
 
     out = FileOutcome(path=spec["path"], host=spec["host"], status="new", source_id=spec["sid"])
-    src = _PipedSource(conn, spec["stat"], spec["transformed"], spec["path"])
+    source = RoutedSource if spec["routed"] else _PipedSource  # (forensics/ingest/wire.py)
+    src = source(conn, spec["stat"], spec["transformed"], spec["path"])
     opened = _Opened(out, src, None, None, "", resume=spec["resume"])
     # parsed from byte 0, the log's rows are all here: its verdicts are computed here too
     # (a grown log's earlier rows are in the store: the main process classifies it)
@@ -200,6 +204,7 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "counts": summary.counts,
         "stats": summary.stats,
         "warnings": summary.warnings,
+        "hashed": src.hashed if spec["routed"] else None,
     }
 
 
@@ -249,6 +254,7 @@ class Job:
     done: bool = False
     feeder: threading.Thread | None = None
     worker: Any = None
+    spec: dict[str, Any] | None = None  # what its worker was sent (Pool.submit)
 
     @property
     def out(self) -> FileOutcome:
@@ -354,7 +360,7 @@ class Pool:
         to finish its file when all are busy; a feeder thread sends it the file's bytes."""
         w = self._idle()
         o = job.opened
-        spec = {
+        job.spec = {
             "path": o.out.path,
             "host": o.out.host,
             "sid": o.out.source_id,
@@ -364,16 +370,10 @@ class Pool:
             "name_pattern": name_pattern,
             "staging": str(self.staging),
             "store": str(self.store) if self.store is not None else None,
+            "routed": routes(o),  # the wire's bytes, decompressed by the worker
         }
         w.job, job.worker, w.used = job, w, True
-        try:
-            w.conn.send(spec)
-        except OSError:  # it died before its first file: the feeder sees it too
-            pass
-        job.feeder = threading.Thread(
-            target=_feed, args=(w.conn, job), daemon=True, name="forensics-ingest-feed"
-        )
-        job.feeder.start()
+        _start_feed(w, job)
 
     def free(self) -> bool:
         """Would ``submit`` give a file at once (an idle worker, or room for one)? The replies
@@ -431,8 +431,15 @@ class Pool:
                 kind, payload = "error", f"its worker process died (exit {_exitcode(w)})"
             if job.feeder is not None:
                 job.feeder.join()  # it sent the end (the worker replied after reading it)
+            if kind == "rerun":  # once, as plain bytes (forensics/ingest/wire.py)
+                assert job.spec is not None
+                job.spec["routed"] = False
+                _start_feed(w, job)
+                continue
             if kind == "ok":
                 job.result = payload
+                if payload["hashed"] is not None:  # the worker hashed the wire's log
+                    job.opened.hasher.adopt(*payload["hashed"])
             elif kind == "error":
                 job.error = payload
             job.done, w.job = True, None
@@ -481,11 +488,27 @@ def _stop(w: _Worker) -> None:
     w.conn.close()
 
 
+def _start_feed(w: _Worker, job: Job) -> None:
+    """Send ``w`` the job's spec, and start the feeder thread that sends it the file."""
+    try:
+        w.conn.send(job.spec)
+    except OSError:  # it died before its first file: the feeder sees it too
+        pass
+    job.feeder = threading.Thread(
+        target=_feed, args=(w.conn, job), daemon=True, name="forensics-ingest-feed"
+    )
+    job.feeder.start()
+
+
 def _feed(conn: Any, job: Job) -> None:
-    """The feeder thread: the file's chunks down the worker's pipe, then how the read ended.
-    A write that fails means the worker is gone (Pool.wait reports it)."""
+    """The feeder thread: the file's chunks down the worker's pipe, then how the read ended
+    (a routed log: its wire's bytes, forensics/ingest/wire.py). A write that fails means the
+    worker is gone (Pool.wait reports it)."""
     from forensics.hosts import ReadIncomplete
 
+    if job.spec is not None and job.spec["routed"]:
+        forward(conn, job, _send)
+        return
     o = job.opened
     o.src.decode_ahead = False  # this thread only sends: a remote stream decoded here
     offset = o.resume[0]
