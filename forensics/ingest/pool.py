@@ -9,7 +9,8 @@ The parse holds the GIL, so N files parse at once only in N processes. The divis
   polars' whole thread pool beside the feeds and the adoptions, was the ingest's peak RSS:
   docs/performance.md, tenth stop). For a worker's file it reads the bytes through the log
   source, local or over SSH (one connection per host lives here), feeding the content hash as
-  the serial path does. A
+  the serial path does (a remote log streamed compressed: the wire's bytes, which its worker
+  decompresses and hashes, forensics/ingest/wire.py). A
   feeder thread per file sends the chunks down a pipe to the file's worker; a worker that
   falls behind blocks its feeder, so memory stays bounded: a chunk in the pipe, one being
   parsed, STAGE_BYTES staged per table and kind (forensics/store/transaction.py).
