@@ -190,3 +190,25 @@ def test_a_bom_a_compressed_log_and_a_grown_log_are_fed_plain(host, logs, tmp_pa
     again = _ingest(root, [f"{host}:{grown}", f"{host}:{other}"], True, monkeypatch)
     assert [f.status for f in again.files] == ["grown", "new"]
     assert sorted(feeds) == [(str(grown), False), (str(other), True)]
+
+
+def test_a_worker_killed_while_fed_the_wire_fails_its_file_alone(host, logs, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    real, killed = pool._start_feed, []
+
+    def start(w, job):  # the first routed log's worker is killed as its feed starts
+        real(w, job)
+        if job.spec["routed"] and not killed:
+            killed.append(job.out.path)
+            os.kill(w.proc.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(pool, "_start_feed", start)
+    s = _ingest(tmp_path / "st", [f"{host}:{p}" for p in logs[:2]], True, monkeypatch)
+    by = {f.path: (f.status, f.reason) for f in s.files}
+    assert by.pop(killed[0]) == ("failed", "worker") and list(by.values()) == [("new", "")]
+    warning = [w for w in s.warnings if killed[0] in w]
+    assert len(warning) == 1 and "worker process died" in warning[0], s.warnings
+    again = _ingest(tmp_path / "st", [f"{host}:{p}" for p in logs[:2]], True, monkeypatch)
+    assert sorted(f.status for f in again.files) == ["new", "unchanged"]

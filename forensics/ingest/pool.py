@@ -171,7 +171,8 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
     from forensics.store.transaction import Transaction
 
     out = FileOutcome(path=spec["path"], host=spec["host"], status="new", source_id=spec["sid"])
-    source = RoutedSource if spec["routed"] else _PipedSource  # (forensics/ingest/wire.py)
+    routed = spec.get("routed", False)  # the wire's bytes (forensics/ingest/wire.py)
+    source = RoutedSource if routed else _PipedSource
     src = source(conn, spec["stat"], spec["transformed"], spec["path"])
     opened = _Opened(out, src, None, None, "", resume=spec["resume"])
     # parsed from byte 0, the log's rows are all here: its verdicts are computed here too
@@ -205,7 +206,7 @@ def _run_job(conn: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "counts": summary.counts,
         "stats": summary.stats,
         "warnings": summary.warnings,
-        "hashed": src.hashed if spec["routed"] else None,
+        "hashed": src.hashed if routed else None,
     }
 
 
