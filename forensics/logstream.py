@@ -222,8 +222,8 @@ class _DecodeAhead:
     off the GIL) was the largest cost of ingest's reading thread, one stage of its pipeline
     (issue 15, remote). At most DECODE_AHEAD chunks wait; an error of ``log`` (damage, the
     link) comes out of the iteration after the chunks before it; every wait of the caller is
-    bounded by ``wait`` seconds (None: not bounded). ``stop``, then end what the thread reads (the stream), then
-    ``join``."""
+    bounded by ``wait`` seconds (None: not bounded, an ingest worker's: its main process's
+    feed is). ``stop``, then end what the thread reads (the stream), then ``join``."""
 
     def __init__(self, where: str, log: Any, skip: int, n: int, wait: float | None):
         import queue
