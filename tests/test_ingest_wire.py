@@ -212,3 +212,51 @@ def test_a_worker_killed_while_fed_the_wire_fails_its_file_alone(host, logs, tmp
     assert len(warning) == 1 and "worker process died" in warning[0], s.warnings
     again = _ingest(tmp_path / "st", [f"{host}:{p}" for p in logs[:2]], True, monkeypatch)
     assert sorted(f.status for f in again.files) == ["new", "unchanged"]
+
+
+def test_ctrl_c_while_workers_are_fed_the_wire_leaves_no_worker_and_the_command_completes(
+    host, tmp_path
+):
+    """Ctrl-C (SIGINT to the process group) of a parallel ingest of remote logs, their wires
+    routed to the workers: exit 130, one line saying what was committed, no traceback, no
+    worker left; the same command again gives the store of a serial ingest."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_ingest_parallel import CODE, _big_log, _children, _gone, _wait_for_workers
+
+    logs = [_big_log(tmp_path / f"big{i}.log", 3, i) for i in range(6)]
+    home = tmp_path / "st"
+    cmd = [sys.executable, "-c", CODE, "--store", str(home), "ingest", "--jobs", "2"]
+    cmd += [f"{host}:{p}" for p in logs]
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    man = home / "manifest.json"
+    workers = _wait_for_workers(p)
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline:  # the first batch is committed
+        if man.exists() and json.loads(man.read_text()).get("sources"):
+            break
+        time.sleep(0.01)
+    workers |= _children(p.pid)
+    assert p.poll() is None, "the ingest ended before it could be interrupted"
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert _gone(workers), "a worker process outlived the ingest"
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    said = [line for line in err.splitlines() if line.startswith("Interrupted:")]
+    assert len(said) == 1 and "committed before Ctrl-C" in said[0], err
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    hosts.close_all()
+    serial = tmp_path / "serial"
+    ingest(Store.open(serial), [f"{host}:{p}" for p in logs], jobs=1)
+    hosts.close_all()
+    _same_store(serial, home, skip=("verdicts",))
+    assert not [d for d in (home / "staging").glob("*")], "staging folders left behind"
