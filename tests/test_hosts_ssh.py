@@ -530,3 +530,29 @@ def test_streams_run_in_the_shell_started_ahead(ssh_host, tmp_path, monkeypatch)
     # closing the connection ends the shells still waiting
     ssh_host.close()
     assert waiting[0].closed
+
+
+def test_s08_a_shrunk_read_returns_after_its_read_ahead_requests_are_sent(
+    ssh_host, files, monkeypatch
+):
+    """After an EOF (the file shrank) the read waits for paramiko's read-ahead thread to have
+    sent its requests: returned while it still sent them, a connection closed next ended it
+    with "Socket is closed" (a thread's traceback on stderr; a warning of the suite under
+    load). Each request is slowed here so that the thread is still sending at the EOF."""
+    import paramiko
+
+    slow = paramiko.SFTPClient._async_request
+
+    def slowed(self, fileobj, t, *args):  # noqa: ANN001, ANN202
+        if fileobj is not None:
+            time.sleep(0.02)
+        return slow(self, fileobj, t, *args)
+
+    monkeypatch.setattr(paramiko.SFTPClient, "_async_request", slowed)
+    p = files / "rot2.log"
+    p.write_bytes(b"r" * (12 << 20))
+    with pytest.raises(ReadIncomplete):
+        for _chunk in ssh_host.iter_chunks(str(p), chunk=4 << 20):
+            os.truncate(p, 0)
+    alive = [t.name for t in threading.enumerate() if "_prefetch_thread" in t.name]
+    assert alive == [], "the read returned while its read-ahead thread still sent requests"

@@ -194,6 +194,7 @@ class SFTPFiles:
 
             yield from _read_upto(path, read, f.seek, offset, size, min(chunk, 4 << 20), limit)
         finally:
+            _requests_sent(f, self.op_timeout)
             with contextlib.suppress(Exception):
                 self._sftp_call("close", path, f.close)
 
@@ -215,3 +216,13 @@ class SFTPFiles:
             with contextlib.suppress(Exception):
                 sftp.remove(tmp)
             raise
+
+
+def _requests_sent(f: Any, timeout: float) -> None:
+    """Wait (``timeout`` at most) for paramiko's read-ahead thread of ``f`` to have sent its
+    requests: after a short read (the file shrank) the read ends while it may still send,
+    and a connection closed meanwhile ended it with "Socket is closed" (a traceback on
+    stderr from a thread: seen in the suite under load)."""
+    for t in threading.enumerate():
+        if getattr(getattr(t, "_target", None), "__self__", None) is f:
+            t.join(timeout)
