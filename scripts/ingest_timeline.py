@@ -38,6 +38,8 @@ STEPS = (
     ("forensics.ingest.batch", "_files", None),
     ("forensics.ingest.file", "_log_source", None),  # a log's opening (a thread per host)
     ("forensics.ingest.batch", "_prepare", None),
+    ("forensics.ingest.batch", "early_pool", None),  # two remote inputs or more: the pool
+    ("forensics.ingest.zygote", "Zygote", "__init__"),  # its zygote spawned
     ("forensics.ingest.pool", "_Worker", "__init__"),
     ("forensics.ingest.pool", "Pool", "submit"),
     ("forensics.ingest.batch", "_Batch", "_adopt"),

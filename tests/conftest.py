@@ -153,3 +153,16 @@ def reader(request):
     native.ENABLED = request.param == "compiled"
     yield request.param
     native.ENABLED = was
+
+
+def as_bound_by_permissions() -> list[str]:
+    """The command prefix under which file modes bind (root bypasses them): none for a user,
+    root without CAP_DAC_OVERRIDE through setpriv (the tests of read-only homes and stores)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: a read-only folder does not bind root")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]

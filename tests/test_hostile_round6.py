@@ -22,7 +22,7 @@ import pytest
 
 from forensics.cli import cli
 from forensics.cli_common import EMPTY_MEANS_SOMETHING
-from tests.conftest import FIXTURES, closing_port
+from tests.conftest import FIXTURES, as_bound_by_permissions, closing_port
 
 
 def forensics(
@@ -346,19 +346,6 @@ def test_cli_contract_a_sweep_name_error_names_the_option_and_says_one_fix(tmp_p
 # ------------------------------------------------------------ data loss: a read-only home
 
 
-def _as_bound_by_permissions() -> list[str]:
-    """The command prefix under which file modes bind (root bypasses them): none for a user,
-    root without CAP_DAC_OVERRIDE through setpriv."""
-    import shutil
-
-    if os.geteuid() != 0:
-        return []
-    if shutil.which("setpriv") is None:
-        pytest.skip("root without setpriv: a read-only folder does not bind root")
-    caps = "-dac_override,-dac_read_search"
-    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}"]
-
-
 def test_data_loss_a_launch_under_a_read_only_home_is_a_store_error_before_anything_runs(
     tmp_path,
 ):
@@ -374,7 +361,7 @@ def test_data_loss_a_launch_under_a_read_only_home_is_a_store_error_before_anyth
     try:
         p = subprocess.run(
             [
-                *_as_bound_by_permissions(),
+                *as_bound_by_permissions(),
                 sys.executable,
                 "-m",
                 "forensics",
