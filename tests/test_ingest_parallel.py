@@ -144,6 +144,24 @@ def _wait_for_workers(p: subprocess.Popen, n: int = 1, timeout: float = 120) -> 
     raise AssertionError(f"no worker process appeared (exit {p.poll()})")
 
 
+def _running_past_a_commit(cmd: list[str], home: Path) -> tuple[subprocess.Popen, set[int]]:
+    """``cmd`` (a parallel ingest into ``home``) started in a session of its own and running
+    once its first batch is committed: the process and every process of its pool seen."""
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    man = home / "manifest.json"
+    workers = _wait_for_workers(p)
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline:  # the first batch is committed
+        if man.exists() and json.loads(man.read_text()).get("sources"):
+            break
+        time.sleep(0.01)
+    workers |= _descendants(p.pid)
+    assert p.poll() is None, "the ingest ended before it could be interrupted"
+    return p, workers
+
+
 def test_parallel_store_equals_serial_on_fixtures_real_logs_and_a_grown_log(tmp_path, monkeypatch):
     """Every fixture and real log through the workers, then a log that grew (resumed from its
     saved parser state in a worker): every table, sorted, and every source record are those
@@ -266,18 +284,7 @@ def test_interrupted_parallel_ingest_leaves_no_worker_and_the_same_command_compl
     home = tmp_path / "st"
     cmd = [sys.executable, "-c", CODE, "--store", str(home), "ingest", "--jobs", "2"]
     cmd += [str(p) for p in logs]
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    man = home / "manifest.json"
-    workers = _wait_for_workers(p)
-    deadline = time.monotonic() + 300
-    while p.poll() is None and time.monotonic() < deadline:  # the first batch is committed
-        if man.exists() and json.loads(man.read_text()).get("sources"):
-            break
-        time.sleep(0.01)
-    workers |= _descendants(p.pid)
-    assert p.poll() is None, "the ingest ended before it could be interrupted"
+    p, workers = _running_past_a_commit(cmd, home)
     if how == "kill -9":
         p.send_signal(signal.SIGKILL)
     else:  # to the process group, as a terminal's Ctrl-C or `kill -- -PGID`

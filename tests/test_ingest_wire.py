@@ -220,31 +220,18 @@ def test_ctrl_c_while_workers_are_fed_the_wire_leaves_no_worker_and_the_command_
     """Ctrl-C (SIGINT to the process group) of a parallel ingest of remote logs, their wires
     routed to the workers: exit 130, one line saying what was committed, no traceback, no
     worker left; the same command again gives the store of a serial ingest."""
-    import json
     import os
     import signal
     import subprocess
     import sys
-    import time
 
-    from tests.test_ingest_parallel import CODE, _big_log, _children, _gone, _wait_for_workers
+    from tests.test_ingest_parallel import CODE, _big_log, _gone, _running_past_a_commit
 
     logs = [_big_log(tmp_path / f"big{i}.log", 3, i) for i in range(6)]
     home = tmp_path / "st"
     cmd = [sys.executable, "-c", CODE, "--store", str(home), "ingest", "--jobs", "2"]
     cmd += [f"{host}:{p}" for p in logs]
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    man = home / "manifest.json"
-    workers = _wait_for_workers(p)
-    deadline = time.monotonic() + 300
-    while p.poll() is None and time.monotonic() < deadline:  # the first batch is committed
-        if man.exists() and json.loads(man.read_text()).get("sources"):
-            break
-        time.sleep(0.01)
-    workers |= _children(p.pid)
-    assert p.poll() is None, "the ingest ended before it could be interrupted"
+    p, workers = _running_past_a_commit(cmd, home)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert _gone(workers), "a worker process outlived the ingest"
