@@ -14,6 +14,7 @@ from pathlib import Path
 import forensics.ingest.pool as pool
 from forensics.ingest import ingest
 from forensics.store import Store
+from tests.plugins.sshd import proc_stat
 from tests.test_ingest_parallel import _big_log, _children, _gone, _same_store
 
 # a sitecustomize: the pid of each process that loads polars' package, a line each
@@ -52,7 +53,7 @@ if sys.argv[:1] == ["-c"]:
 
 
 def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return proc_stat(pid)[1]
 
 
 def _cmdline(pid: int) -> bytes:
