@@ -326,6 +326,29 @@ def fresh_env(store: Path) -> dict[str, str]:
 
 # the mixes measured with these tools only (the busy and decode-only rows run every tool)
 NCCL_TOOLS = ("rg", "ingest")
+SIZES_TOOLS = ("rg", "duckdb", "ingest")  # --sizes: how each one's cost grows
+HEAD_LINES = 1000  # the fixed costs' ingest: the busy mix's first lines
+
+# what no work on the file removes, measured in the busy mix's rounds: name -> (what, command
+# for the round's small file, the first HEAD_LINES lines of the log)
+FLOORS: list[tuple[str, str, Callable[[Path], list[str]]]] = [
+    (
+        "py_duckdb",
+        "Python's start and `import duckdb` (DuckDB's floor)",
+        lambda p: [sys.executable, "-c", "import duckdb"],
+    ),
+    (
+        "py_polars",
+        "Python's start and `import polars`",
+        lambda p: [sys.executable, "-c", "import polars"],
+    ),
+    (
+        "ingest_head",
+        f"`forensics ingest` of the log's first {HEAD_LINES:,} lines (ingest's floor: start, "
+        "imports, store, verdicts, commit)",
+        lambda p: [sys.executable, "-m", "forensics", "ingest", str(p)],
+    ),
+]
 
 
 def bench_file(log: Path, env_store: Path, repeat: int = 3, only: tuple[str, ...] = ()) -> dict:
@@ -336,6 +359,12 @@ def bench_file(log: Path, env_store: Path, repeat: int = 3, only: tuple[str, ...
     subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm cache
     row: dict = {"file_mb": round(size_mb, 1), "tools": {}, "rounds": repeat}
     tools = [t for t in TOOLS if not only or t[0] in only]
+    head = None
+    if not only:  # the fixed costs beside the tools (the full table's rows)
+        head = env_store.parent / f"{log.stem}_head.log"
+        with log.open("rb") as f, head.open("wb") as out:
+            out.writelines(f.readline() for _ in range(HEAD_LINES))
+        tools += [(name, what, lambda _p, c=cmd: c(head)) for name, what, cmd in FLOORS]
     times: dict[str, list[float]] = {name: [] for name, _, _ in tools}
     rss: dict[str, float] = {}
     again_s: list[float] = []
@@ -362,6 +391,9 @@ def bench_file(log: Path, env_store: Path, repeat: int = 3, only: tuple[str, ...
             "runs_s": [round(t, 3) for t in ts],
         }
     row["reingest_unchanged_s"] = round(statistics.median(again_s), 3)
+    if head is not None:
+        head.unlink()
+        row["floors"] = {name: row["tools"].pop(name) for name, _, _ in FLOORS}
     rg = row["tools"]["rg"]["s"]
     for t in row["tools"].values():
         t["x_rg"] = round(rg / t["s"], 2)
@@ -552,6 +584,7 @@ def render(res: dict) -> str:
             f"| {what} | {a['s']:.2f} s | {a['mb_s']:.0f} | {a['x_rg']:.2f} | {a['rss_mb']} MB "
             f"| {b['s']:.2f} s | {b['mb_s']:.0f} | {b['x_rg']:.2f} | {b['rss_mb']} MB |"
         )
+    lines += ["", *render_floors(busy)]
     lines += [
         "",
         f"Re-ingest of the unchanged file: {busy['reingest_unchanged_s']:.3f} s (busy), "
@@ -563,6 +596,31 @@ def render(res: dict) -> str:
     if r:
         lines += ["", *render_remote(r)]
     return "\n".join(lines)
+
+
+def render_floors(busy: dict) -> list[str]:
+    """The fixed costs measured in the busy mix's rounds, and each tool's time beyond its own."""
+    tools, floors = busy["tools"], busy.get("floors")
+    if not floors:
+        return []
+    ing, duck = tools["ingest"]["s"], tools["duckdb"]["s"]
+    out = [
+        "What no work on the file removes, in the same rounds (medians):",
+        "",
+        "| fixed cost | time | peak RSS |",
+        "| --- | --- | --- |",
+    ]
+    out += [
+        f"| {what} | {floors[name]['s']:.2f} s | {floors[name]['rss_mb']} MB |"
+        for name, what, _ in FLOORS
+    ]
+    out += [
+        "",
+        f"Ingest runs at {duck / ing:.2f}× DuckDB's speed; beyond each one's floor, ingest "
+        f"{ing - floors['ingest_head']['s']:.2f} s and DuckDB "
+        f"{duck - floors['py_duckdb']['s']:.2f} s for the {busy['file_mb']:.0f} MB.",
+    ]
+    return out
 
 
 def render_nccl(rows: dict) -> list[str]:
@@ -689,7 +747,7 @@ def main() -> int:
         type=int,
         nargs="+",
         metavar="MB",
-        help="only rg and ingest of the busy mix at each size (e.g. 10 100 1000); prints the table",
+        help="only rg, DuckDB and ingest of the busy mix at each size (e.g. 10 100 1000); prints the table",
     )
     ap.add_argument(
         "--repeat", type=int, default=3, help="rounds of the local tools (each figure: the median)"
@@ -788,22 +846,24 @@ def _main_scaling(args: argparse.Namespace, cmd: str, res: dict) -> int:
 
 def _main_sizes(args: argparse.Namespace, cmd: str, res: dict) -> int:
     """How ingest's cost grows with the log's size: the busy mix at each of ``args.sizes`` MB,
-    rg and ingest in the same rounds (``bench_file``), one table."""
+    rg, DuckDB and ingest in the same rounds (``bench_file``), one table."""
     lines = [
-        "| busy mix | lines | rg | ingest | MB/s | × rg | ingest per MB | ingest peak RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| busy mix | lines | rg | DuckDB | ingest | MB/s | × rg | × DuckDB | ingest per MB "
+        "| ingest peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for mb in args.sizes:
         log = OUT / f"bench_busy_{mb}mb.log"
         if not log.exists() or log.stat().st_size < (mb << 20):
             print(f"generating {log} ...", file=sys.stderr, flush=True)
             generate(log, mb, "busy")
-        r = bench_file(log, OUT / "store", args.repeat, NCCL_TOOLS)
+        r = bench_file(log, OUT / "store", args.repeat, SIZES_TOOLS)
         res["rows"][f"busy_{mb}"] = r
-        rg, ing = r["tools"]["rg"], r["tools"]["ingest"]
+        rg, duck, ing = (r["tools"][t] for t in SIZES_TOOLS)
         lines.append(
-            f"| {r['file_mb']:.0f} MB | {r['lines']:,} | {rg['s']:.2f} s | {ing['s']:.2f} s | "
-            f"{ing['mb_s']:.0f} | {ing['x_rg']:.2f} | {1000 * ing['s'] / r['file_mb']:.1f} ms | "
+            f"| {r['file_mb']:.0f} MB | {r['lines']:,} | {rg['s']:.2f} s | {duck['s']:.2f} s | "
+            f"{ing['s']:.2f} s | {ing['mb_s']:.0f} | {ing['x_rg']:.2f} | "
+            f"{duck['s'] / ing['s']:.2f} | {1000 * ing['s'] / r['file_mb']:.1f} ms | "
             f"{ing['rss_mb']} MB |"
         )
         if not args.keep:
