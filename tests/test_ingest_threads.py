@@ -59,3 +59,60 @@ def test_a_workers_threads_are_its_share_of_the_cores_and_at_most_polars_threads
         p = pool.Pool(jobs, tmp_path, pool.worker_threads(jobs))
         shares[jobs] = p._threads
     assert shares == {1: POLARS_THREADS, 2: POLARS_THREADS, 4: 4, 8: 2, 16: 1}
+
+
+def test_a_workers_share_is_of_the_files_it_expects_at_once(tmp_path, monkeypatch):
+    """2 hosts' logs on 16 cores: each of the 2 workers gets 4 threads, not 16 jobs' 1; the
+    share shrinks as more workers start than the pool expected (a glob of many logs)."""
+    monkeypatch.setattr(pool, "default_jobs", lambda: 16)
+    p = pool.Pool(16, tmp_path, pool.worker_threads(16), expected=2)
+    assert p.share() == POLARS_THREADS
+    p.workers = [object()] * 5  # 5 started: the 6th is one of 6 at once
+    assert p.share() == 16 // 6
+    p.workers = [object()] * 15
+    assert p.share() == 1
+    assert pool.Pool(16, tmp_path, pool.worker_threads(16)).share() == 1  # none expected
+
+
+# a sitecustomize: each process that has imported polars notes, at its exit, its pid and the
+# size of polars' thread pool (a forked worker runs the exit handlers it inherited)
+POOL_SIZE = """
+import atexit, os, sys
+
+def _noted():
+    if "polars" in sys.modules:
+        with open({path!r}, "a") as f:
+            f.write(f"{{os.getpid()}} {{sys.modules['polars'].thread_pool_size()}}\\n")
+
+atexit.register(_noted)
+"""
+
+
+def test_the_workers_of_two_logs_on_16_cores_run_their_share_of_polars_threads(
+    tmp_path, monkeypatch
+):
+    import forensics.ingest.heap as heap
+    from forensics.ingest import ingest
+    from forensics.store import Store
+    from tests.test_ingest_parallel import _big_log
+    from tests.test_ingest_zygote import _site
+
+    noted = tmp_path / "sizes"
+    _site(tmp_path, monkeypatch, POOL_SIZE.format(path=str(noted)))
+    monkeypatch.setattr(heap, "default_jobs", lambda: 16)
+    monkeypatch.setattr(pool, "default_jobs", lambda: 16)
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    workers = []
+    submit = pool.Pool.submit
+
+    def seen(self, job, *a):
+        submit(self, job, *a)
+        workers.append(job.worker.proc.pid)
+
+    monkeypatch.setattr(pool.Pool, "submit", seen)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(2)]
+    s = ingest(Store.open(tmp_path / "st"), logs)  # --jobs: the cores (16 here)
+    assert [f.status for f in s.files] == ["new", "new"]
+    sizes = dict(line.split() for line in noted.read_text().splitlines())
+    assert len(set(workers)) == 2
+    assert {sizes.get(str(pid)) for pid in workers} == {str(POLARS_THREADS)}, (workers, sizes)

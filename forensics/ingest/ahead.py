@@ -248,7 +248,7 @@ def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
     from forensics.ingest.heap import default_jobs
     from forensics.ingest.pool import Pool
 
-    pool = Pool.of_store(root, jobs or default_jobs())
+    pool = Pool.of_store(root, jobs or default_jobs(), expected=n)
     try:
         pool.prestart_beside(min(n, pool.jobs))  # in a thread: the hosts connect meanwhile
     except BaseException:

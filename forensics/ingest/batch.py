@@ -76,8 +76,7 @@ def ingest(
         raise
     batch.set_jobs(_jobs_for(files, jobs))
     _expect_streams(files, batch.jobs, feed)
-    # set before this ingest: an earlier one stopped before its verdict step (read before
-    # this ingest's own commits set it again)
+    # set before: an earlier ingest stopped before its verdict step (read before this one sets it)
     left_unverdicted = bool(store.get_meta(VERDICTS_PENDING))
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
@@ -256,7 +255,7 @@ class _Batch:
         self.files: list[FileOutcome] = []
         self.started = 0.0
         self.last_commit_s = 0.0  # how long the last commit took
-        # (host, dev, inode) -> (source id, path) of the files of this ingest
+        # (host, dev, inode) -> (source id, path) of this ingest's files
         self.seen: dict[tuple[str, int, int], tuple[str, str]] = {}
         self._inodes: tuple[Any, dict] | None = None  # (transaction, its inode index)
         self.jobs = jobs
@@ -287,10 +286,12 @@ class _Batch:
         return self.feed
 
     def set_jobs(self, jobs: int) -> None:
-        """The inputs listed: ``jobs`` (``_jobs_for``), unless logs were fed meanwhile (it
-        was the pool's then: two logs or more, ``--jobs`` or the cores)."""
+        """The inputs listed: ``jobs`` (``_jobs_for``), unless logs were fed meanwhile (then
+        the pool's: ``--jobs`` or the cores; ``jobs`` corrects its guess of those at once)."""
         if self.feed is None or not self.feed.started:
             self.jobs = jobs
+        if self.pool is not None:
+            self.pool.expected = jobs
         if self.jobs == 1:
             self.pool, self.ahead = drop_pool(self.pool), close_ahead(self.ahead)
 
@@ -305,9 +306,8 @@ class _Batch:
         self.remove_staging()
 
     def warm_verdicts(self, adoption: bool = False) -> None:
-        """A parse begins here (or, ``adoption``, the workers': ``adopt`` waits for them):
-        the verdict step's imports and model load start beside it, in a thread (once per
-        ingest; ``join_warming`` before the verdict step)."""
+        """A parse begins here (or, ``adoption``, the workers': ``adopt`` waits for them): the
+        verdict step's imports and model load start beside it, in a thread (once per ingest)."""
         if self.warming is None:
             from forensics.verdicts import warm
 

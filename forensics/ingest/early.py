@@ -190,17 +190,19 @@ def _shell_ahead(host: Any) -> None:
 
 
 def _jobs_for(files: list[tuple[Any, str]], jobs: int | None) -> int:
-    """The worker processes for ``files``: ``jobs``, by default the cores; 1 for one log (it
-    is parsed here: no worker, no pool imported)."""
+    """The worker processes for ``files``: ``jobs``, by default the cores, no more than the
+    logs (the workers' share of the cores is of those: forensics/ingest/pool.py ``share``);
+    1 for one log (it is parsed here: no worker, no pool imported)."""
     from forensics.bench_results import is_results_file
 
-    if sum(1 for _, p in files if not is_results_file(p)) <= 1:
+    logs = sum(1 for _, p in files if not is_results_file(p))
+    if logs <= 1:
         return 1
     if jobs:
-        return jobs
+        return min(jobs, logs)
     from forensics.ingest.heap import default_jobs
 
-    return default_jobs()
+    return min(default_jobs(), logs)
 
 
 def _expect_streams(files: list[tuple[Any, str]], jobs: int, feed: EarlyFeed | None) -> None:

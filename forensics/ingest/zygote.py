@@ -113,17 +113,17 @@ class Zygote:
         except OSError:
             return None
 
-    def worker(self, theirs: Any, spawn: Callable[[int], Any]) -> Any:
+    def worker(self, theirs: Any, spawn: Callable[[int], Any], threads: int) -> Any:
         """A worker on the socket ``theirs`` (closed here: none of its ends stays in this
-        process, so a worker's death ends its pipe): a ``Forked``, or ``spawn(fd)``'s
-        process where the zygote forks no more."""
+        process, so a worker's death ends its pipe), of ``threads`` polars threads: a
+        ``Forked``, or ``spawn(fd)``'s process where the zygote forks no more."""
         import socket
 
         try:
             with self._lock:
                 if not (self.threads or self.gone):
                     self._asked += 1
-                    msg = _MSG.pack(b"F", 0, self._asked)
+                    msg = _MSG.pack(b"F", threads, self._asked)  # (a request: no pid)
                     try:
                         socket.send_fds(self.sock, [msg], [theirs.fileno()])
                     except OSError:
@@ -381,14 +381,14 @@ def _serve(ctl: Any, deferred: _DeferredStartup) -> None:
             if pid in children:
                 os.kill(pid, signal.SIGKILL)
         elif msg[:1] == b"F" and fds and len(msg) == _MSG.size:
-            asked = _MSG.unpack(msg)[2]
+            _, wanted, asked = _MSG.unpack(msg)
             threads = _threads()
             if threads != 1:  # fork is safe only with one thread: the pool spawns instead
                 with contextlib.suppress(OSError):
                     socket.send_fds(ctl, [_MSG.pack(b"T", threads or -1, asked)], fds[:1])
                 os.close(fds[0])
                 continue
-            pid = _fork(fds[0], (ctl.fileno(), wake_r, wake_w), deferred)
+            pid = _fork(fds[0], (ctl.fileno(), wake_r, wake_w), deferred, wanted)
             children.add(pid)
             _send(ctl, b"P", pid, asked)
     for pid in children:  # the pool is closed or the main process gone: none outlives it
@@ -417,8 +417,9 @@ def _reap(ctl: Any, children: set[int], block: bool) -> None:
         _send(ctl, b"X", pid, os.waitstatus_to_exitcode(status))
 
 
-def _fork(fd: int, close: tuple[int, ...], deferred: _DeferredStartup) -> int:
-    """A worker on the socket ``fd``: its pid (here the fd is closed)."""
+def _fork(fd: int, close: tuple[int, ...], deferred: _DeferredStartup, threads: int) -> int:
+    """A worker on the socket ``fd``, of ``threads`` polars threads (0: the zygote's): its
+    pid (here the fd is closed)."""
     import ctypes  # noqa: F401 - imported here, not in each worker
     import gc
 
@@ -435,7 +436,7 @@ def _fork(fd: int, close: tuple[int, ...], deferred: _DeferredStartup) -> int:
         for other in close:
             os.close(other)
         _die_with(zygote)
-        code = _worker(fd, deferred)
+        code = _worker(fd, deferred, threads)
     finally:
         os._exit(code)
 
@@ -452,15 +453,19 @@ def _die_with(zygote: int) -> None:
         os._exit(1)
 
 
-def _worker(fd: int, deferred: _DeferredStartup) -> int:
+def _worker(fd: int, deferred: _DeferredStartup, threads: int) -> int:
     """A forked worker's main: polars' startup, the collector on, then the pool's loop. The
-    exit handlers run as at an interpreter's end (polars' own among them)."""
+    exit handlers run as at an interpreter's end (polars' own among them). Polars' thread
+    pool starts at its first use, never in the zygote (one thread), so the count read then
+    is this worker's own."""
     import atexit
     from multiprocessing.connection import Connection
 
     from forensics.collector import resume
     from forensics.ingest import pool
 
+    if threads > 0:
+        os.environ["POLARS_MAX_THREADS"] = str(threads)
     deferred.run()
     resume()
     try:
