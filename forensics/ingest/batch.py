@@ -20,7 +20,14 @@ from forensics.errors import (
     release_interrupted,
 )
 from forensics.ingest.ahead import OpenAhead, close_ahead, drop_pool, early_pool
-from forensics.ingest.early import EarlyFeed, _expect_streams, _jobs_for, _shell_ahead
+from forensics.ingest.early import (
+    EarlyFeed,
+    _expect_streams,
+    _import_parser,
+    _import_parser_ahead,
+    _jobs_for,
+    _shell_ahead,
+)
 from forensics.ingest.file import _ingest_one, _parse_file, _prepare, _record
 from forensics.ingest.identity import _inode_index, inode_sources, source_id
 from forensics.ingest.inputs import check_pattern, expand_inputs
@@ -114,41 +121,6 @@ def ingest(
     summary.seconds = time.monotonic() - t0
     raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
-
-
-def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
-    """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
-    a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
-    waits for the host, and the parse needed the import after it (issue 15, remote). A
-    stand-in whose join does nothing otherwise (a thread started and joined for nothing: its
-    start waits for it to run, milliseconds on a busy machine, an unchanged re-ingest's).
-
-    paramiko is imported first, here, alone: imported beside the parser, both held the GIL
-    by turns and the connection (then the remote shell it starts, the first bytes) came
-    ~0.1-0.2 s later, the import done no sooner (issue 15, remote, tenth stop)."""
-    from forensics.hosts import is_remote
-
-    if not any(is_remote(text) for text in inputs):
-        return _NoThread()
-    from forensics.hosts.ssh import import_paramiko
-
-    with contextlib.suppress(Exception):  # the connection reports what fails
-        import_paramiko()
-    thread = threading.Thread(target=_import_parser, name="forensics-parser-import")
-    thread.start()
-    return thread
-
-
-class _NoThread:
-    def join(self) -> None:
-        pass
-
-
-def _import_parser() -> None:
-    try:
-        import forensics_parsers.sglang  # noqa: F401 - imported ahead of the parse
-    except Exception:  # noqa: BLE001 - the parse imports it again and reports what fails
-        pass
 
 
 def _warm_adoption() -> None:

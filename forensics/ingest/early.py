@@ -23,10 +23,15 @@ to a free worker. What the user sees stays that of an ingest that lists first:
   fed once two logs are known, so that one log alone is parsed here as before (``_jobs_for``).
 * **Remote shells.** A host is told how many of its logs are known (``expect_streams``) before
   its first log is fed, then, after the listing, how many are left (``_expect_streams``).
-* **Progress.** A log fed early shows its place among the logs known so far."""
+* **Progress.** A log fed early shows its place among the logs known so far.
+
+With a remote input, the parser is imported in a thread while the hosts connect
+(``_import_parser_ahead``)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -221,3 +226,38 @@ def _expect_streams(files: list[tuple[Any, str]], jobs: int, feed: EarlyFeed | N
         expect = getattr(host, "expect_streams", None)
         if expect is not None:
             expect(n, at_once=jobs)
+
+
+def _import_parser_ahead(inputs: list[str]) -> threading.Thread | _NoThread:
+    """With a remote input, the parser (polars, the rule tables: ~0.2 s of CPU, ~0.4 s at
+    a cold start) imports in a thread while the hosts connect: paramiko's handshake mostly
+    waits for the host, and the parse needed the import after it (issue 15, remote). A
+    stand-in whose join does nothing otherwise (a thread started and joined for nothing: its
+    start waits for it to run, milliseconds on a busy machine, an unchanged re-ingest's).
+
+    paramiko is imported first, here, alone: imported beside the parser, both held the GIL
+    by turns and the connection (then the remote shell it starts, the first bytes) came
+    ~0.1-0.2 s later, the import done no sooner (issue 15, remote, tenth stop)."""
+    from forensics.hosts import is_remote
+
+    if not any(is_remote(text) for text in inputs):
+        return _NoThread()
+    from forensics.hosts.ssh import import_paramiko
+
+    with contextlib.suppress(Exception):  # the connection reports what fails
+        import_paramiko()
+    thread = threading.Thread(target=_import_parser, name="forensics-parser-import")
+    thread.start()
+    return thread
+
+
+class _NoThread:
+    def join(self) -> None:
+        pass
+
+
+def _import_parser() -> None:
+    try:
+        import forensics_parsers.sglang  # noqa: F401 - imported ahead of the parse
+    except Exception:  # noqa: BLE001 - the parse imports it again and reports what fails
+        pass
