@@ -88,7 +88,7 @@ def ingest(
     results_errors: list[ForensicsError] = []  # of results files (kept across a Ctrl-C)
     try:
         _ingest_files(store, files, batch, summary, name_pattern, progress, run, results_errors)
-        batch.drain(summary)
+        batch.drain(summary, last=True)
         # the verdict of a run changes with its log: classify what changed, once, here, so
         # reading commands only read (forensics.verdicts); in the last commit, with the rows
         due = functools.partial(verdict_step, store, summary, batch, left_unverdicted)
@@ -444,9 +444,12 @@ class _Batch:
         summary.warnings.extend(r["warnings"])
         self._done(out)
 
-    def drain(self, summary: IngestSummary) -> None:
-        """Wait for every file given to a worker and adopt it."""
+    def drain(self, summary: IngestSummary, last: bool = False) -> None:
+        """Wait for every file given to a worker and adopt it (``last``: no file comes after,
+        so the workers are told to stop now: they exit while the batch commits)."""
         self.adopt(summary, block=True)
+        if last and self.pool is not None:
+            self.pool.stop_idle()
 
     def stop_pool(self) -> list[FileOutcome]:
         """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted

@@ -294,6 +294,7 @@ class _Worker:
         self.conn = Connection(ours.detach())
         self.job: Job | None = None
         self.used = False  # given a file (else, started ahead, it only imported: killed)
+        self.stopping = False  # told to stop (``Pool.stop_idle``)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -465,18 +466,23 @@ class Pool:
             if kind != "ok":
                 _stop(w)
 
+    def stop_idle(self) -> None:
+        """Tell each idle worker that was given a file to stop (no file comes after): they
+        exit while the caller goes on, and ``close`` waits for them."""
+        self._joined()
+        for w in self.workers:
+            if w.job is None and w.used and not w.stopping:
+                w.stopping = True
+                with contextlib.suppress(OSError):
+                    w.conn.send(STOP)
+
     def close(self) -> None:
         """Stop every worker: idle ones are told to, busy ones and those never given a file
         killed; none outlives the ingest."""
-        self._joined()
+        self.stop_idle()
         for w in self.workers:
-            if w.job is None and w.used:
-                try:
-                    w.conn.send(STOP)
-                except OSError:
-                    pass
-            else:  # busy, or started ahead and never given a file (no part of it anywhere)
-                w.proc.kill()  # it ignores SIGTERM
+            if not (w.job is None and w.used):  # busy, or started ahead and never given a
+                w.proc.kill()  # file (no part of it anywhere); it ignores SIGTERM
         for w in self.workers:
             _stop(w)
         self.workers = []

@@ -343,6 +343,9 @@ def zygote_entry() -> None:
         deferred.restore()
     ctl = socket.socket(fileno=int(sys.argv[1]))
     _serve(ctl, deferred)
+    # its children reaped, nothing to flush (its output is /dev/null): the interpreter's
+    # teardown of the parse's modules (~0.1 s here) would only delay the pool's ``close``
+    os._exit(0)
 
 
 def _threads() -> int:
