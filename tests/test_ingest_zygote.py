@@ -174,3 +174,58 @@ def test_a_worker_killed_before_this_process_knows_its_pid_ends_its_pipe():
     finally:
         z.close()
         w.conn.close()
+
+
+# a sitecustomize: each `-c` process (a zygote, a worker) notes its pid at its exit handlers
+AT_EXIT = """
+import atexit, os, sys
+
+if sys.argv[:1] == ["-c"]:
+    def _noted():
+        with open({path!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+
+    atexit.register(_noted)
+"""
+
+
+def test_a_closed_zygote_ends_without_the_interpreters_teardown(tmp_path, monkeypatch):
+    """Its workers reaped, the zygote has nothing to flush: it exits at once (os._exit), not
+    through the teardown of the parse's modules (~0.1 s on 2 cores, at the end of every
+    parallel ingest); a forked worker still runs the exit handlers (polars' own)."""
+    from forensics.ingest.zygote import Zygote
+
+    noted = tmp_path / "exits"
+    _site(tmp_path, monkeypatch, AT_EXIT.format(path=str(noted)))
+    z = Zygote.start(1)
+    assert z is not None
+    w = pool._Worker(1, z)
+    try:
+        w.conn.send(pool.STOP)
+        assert w.proc.wait(60) == 0
+        worker = w.proc.pid
+        z.close()
+        assert z.proc.returncode == 0
+    finally:
+        w.conn.close()
+    exits = {int(line) for line in noted.read_text().split()}
+    assert worker in exits, "the forked worker skipped its exit handlers"
+    assert z.proc.pid not in exits, "the zygote ran the interpreter's teardown"
+
+
+def test_the_workers_are_told_to_stop_before_the_last_commit(tmp_path, monkeypatch):
+    """The last file adopted, no file comes: the workers are sent STOP then, so they exit
+    while the batch commits (the pool's close after it only waits for them)."""
+    import forensics.ingest.batch as batch
+
+    commit, seen = batch._Batch.commit, []
+
+    def noted(self, *a, **k):
+        if self.pool is not None:
+            seen.append([w.stopping for w in self.pool.workers if w.used])
+        return commit(self, *a, **k)
+
+    monkeypatch.setattr(batch._Batch, "commit", noted)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(3)]
+    _parallel(tmp_path, monkeypatch, logs)
+    assert seen and seen[-1] and all(seen[-1]), seen
