@@ -240,6 +240,11 @@ def _main(argv: list[str] | None) -> None:
     import sys
 
     try:
+        args = sys.argv[1:] if argv is None else argv
+        if "ingest" in args:  # of several hosts: the pool's zygote started now
+            from forensics.ingest.zygote import early
+
+            early(args)
         from forensics.cli import main as cli_main
 
         _handle_interrupts(_interrupt_once)

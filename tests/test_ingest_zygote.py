@@ -229,3 +229,82 @@ def test_the_workers_are_told_to_stop_before_the_last_commit(tmp_path, monkeypat
     logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(3)]
     _parallel(tmp_path, monkeypatch, logs)
     assert seen and seen[-1] and all(seen[-1]), seen
+
+
+# a sitecustomize: each zygote notes its pid and whether the entry point started it
+STARTED = """
+import os, sys
+
+_o = getattr(sys, "orig_argv", [])
+if "-c" in _o[:2] and "zygote_entry" in _o[_o.index("-c") + 1]:
+    with open({path!r}, "a") as f:
+        f.write(f"{{os.getpid()}} {{sys.argv[2:3]}}\\n")
+"""
+
+
+def test_an_ingest_of_several_hosts_starts_its_zygote_before_the_cli(
+    tmp_path, monkeypatch, ssh_config
+):
+    """`forensics ingest` of two remote inputs or more: the entry point starts the pool's
+    zygote before the CLI is imported (its imports then run while the CLI is imported and the
+    hosts connect: docs/performance.md, "Eight hosts on 16 cores, fourteenth stop"), and the
+    pool forks its workers from that one; the store is the serial ingest's. A command of the
+    same shape that fails leaves none behind."""
+    import subprocess
+    import sys
+
+    from tests.test_ingest_parallel import CODE
+
+    started = tmp_path / "started"
+    _site(tmp_path, monkeypatch, STARTED.format(path=str(started)))
+    logs = [_big_log(tmp_path / f"big{i}.log", 3, i) for i in range(3)]
+    inputs = [f"sshtest:{p}" for p in logs]
+    home = tmp_path / "st"
+    cmd = [sys.executable, "-c", CODE, "--store", str(home), "ingest", "--jobs", "2", *inputs]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    zygotes = started.read_text().splitlines()
+    assert len(zygotes) == 1 and zygotes[0].endswith("['early']"), zygotes
+
+    started.unlink()
+    bad = [*cmd[:-3], "sshtest:/no/such/dir/*.log", "nosuchhost:/x.log"]
+    p = subprocess.run(bad, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert started.exists(), p.stderr
+    pid = int(started.read_text().split()[0])  # started, then no pool took it
+    assert _gone({pid}, timeout=10), "the entry point's zygote outlived the command"
+    monkeypatch.delenv("PYTHONPATH")
+    ingest(Store.open(tmp_path / "serial"), inputs, jobs=1)
+    _same_store(tmp_path / "serial", home, skip=("verdicts",))
+
+
+def test_the_entry_points_guess_of_an_ingest_of_several_hosts(ssh_config):
+    """``early`` starts a zygote only for ``ingest`` of two remote inputs or more and not
+    ``--jobs 1``; the pool takes it whatever its workers' threads (each fork sets them)."""
+    from forensics.ingest import zygote
+
+    assert [zygote._jobs_of(a) for a in (["-j", "3"], ["-j3"], ["--jobs=4"], ["--jobs", "x"])] == [
+        3,
+        3,
+        4,
+        None,
+    ]
+    two = ["sshtest:/a.log", "sshtest:/b.log"]
+    for args, started in (
+        (["ingest", *two], True),
+        (["--store", "/s", "ingest", "--jobs", "3", *two], True),
+        (["ingest", "--jobs", "1", *two], False),
+        (["ingest", "-j1", *two], False),
+        (["ingest", "sshtest:/a.log", "/local.log"], False),
+        (["runs", *two], False),
+    ):
+        zygote.early(args)
+        try:
+            assert bool(zygote._EARLY) == started, args
+            if started and "3" in args:
+                z = zygote._EARLY[0]
+                assert zygote.Zygote.start(3) is z and not zygote._EARLY
+                zygote._EARLY.append(z)  # (closed below)
+        finally:
+            while zygote._EARLY:
+                zygote._EARLY.pop().close()

@@ -240,10 +240,8 @@ def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
     at most), so that they import the parser while the hosts connect and their logs are
     opened (~0.3 s: they waited for it after). None otherwise. One never given a file is
     killed at the end (it only imported)."""
-    from forensics.hosts import is_remote
-
-    n = sum(1 for text in inputs if is_remote(text))
-    if n < 2 or jobs == 1:
+    n = remote_inputs(inputs, jobs)
+    if not n:
         return None
     from forensics.ingest.heap import default_jobs
     from forensics.ingest.pool import Pool
@@ -255,6 +253,16 @@ def early_pool(root: Path, inputs: list[str], jobs: int | None) -> Any:
         drop_pool(pool)
         raise
     return pool
+
+
+def remote_inputs(inputs: list[str], jobs: int | None) -> int:
+    """How many of ``inputs`` are remote where that makes an early pool (two or more, and
+    ``jobs`` not 1), else 0: ``early_pool``'s test, and the entry point's for the pool's
+    zygote (forensics/ingest/zygote.py ``early``)."""
+    from forensics.hosts import is_remote
+
+    n = sum(1 for text in inputs if is_remote(text))
+    return n if n >= 2 and jobs != 1 else 0
 
 
 def drop_pool(pool: Any) -> None:

@@ -44,12 +44,16 @@ MALLOC_CONF = ("_RJEM_MALLOC_CONF", "background_thread:false")
 _MSG = struct.Struct("=cii")  # a message on the control socket: kind, pid, value
 SLICE = 0.05  # the longest the main process's lock on the zygote's socket is held
 CODE = "from forensics.ingest.zygote import zygote_entry; zygote_entry()"
+EARLY_ARG = "early"  # argv[2] of a zygote the entry point started: it dies with that thread
+_EARLY: list[Zygote] = []  # that zygote, until the ingest's pool takes it (``Zygote.start``)
 
 
-def interpreter(code: str, fd: int, threads: int, env: dict[str, str] | None = None) -> Any:
-    """A fresh interpreter running ``code`` with ``fd`` in its argv[1] (a worker, or a
-    zygote): polars' threads ``threads``, this forensics importable, the signals the main
-    process handles blocked from its start (the mask survives exec: a Ctrl-C while it
+def interpreter(
+    code: str, fd: int, threads: int, env: dict[str, str] | None = None, *more: str
+) -> Any:
+    """A fresh interpreter running ``code`` with ``fd`` in its argv[1] (``more`` after it; a
+    worker, or a zygote): polars' threads ``threads``, this forensics importable, the signals
+    the main process handles blocked from its start (the mask survives exec: a Ctrl-C while it
     imports cannot print its traceback; it ignores them, then unblocks them)."""
     import sys
 
@@ -61,7 +65,7 @@ def interpreter(code: str, fd: int, threads: int, env: dict[str, str] | None = N
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
         return subprocess.Popen(
-            [sys.executable, "-c", code, str(fd)],
+            [sys.executable, "-c", code, str(fd), *more],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -78,7 +82,7 @@ class Zygote:
     replies are read by whichever thread needs one (under ``_lock``): a fork's pid, a
     worker's exit status, or that it cannot fork (``threads``: the pool spawns instead)."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, early: bool = False):
         import socket
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -86,7 +90,8 @@ class Zygote:
         name, conf = MALLOC_CONF
         env[name] = ",".join(c for c in (env.get(name), conf) if c)
         try:
-            self.proc = interpreter(CODE, theirs.fileno(), threads, env)
+            more = (EARLY_ARG,) if early else ()
+            self.proc = interpreter(CODE, theirs.fileno(), threads, env, *more)
         except BaseException:
             ours.close()
             raise
@@ -102,11 +107,14 @@ class Zygote:
 
     @classmethod
     def start(cls, threads: int) -> Zygote | None:
-        """A zygote, or None where workers cannot be forked (no fork, no SCM_RIGHTS)."""
-        import socket
-
-        needs = (hasattr(socket, name) for name in ("send_fds", "SOCK_SEQPACKET"))
-        if not hasattr(os, "fork") or not all(needs):
+        """A zygote (the entry point's, ``early``, if it lives: each fork sets its worker's
+        threads), or None where workers cannot be forked (no fork, no SCM_RIGHTS)."""
+        while _EARLY:
+            zygote = _EARLY.pop()
+            if zygote.proc.poll() is None:
+                return zygote
+            zygote.close()
+        if not _can_fork():
             return None
         try:
             return cls(threads)
@@ -334,6 +342,8 @@ def zygote_entry() -> None:
 
     from forensics.ingest import pool
 
+    if sys.argv[2:3] == [EARLY_ARG]:  # started by the main thread: ends with it (no pool
+        _die_with(os.getppid())  # took it, the command failed, the process was killed)
     deferred = _DeferredStartup()
     sys.meta_path.insert(0, deferred)
     try:
@@ -476,3 +486,49 @@ def _worker(fd: int, deferred: _DeferredStartup, threads: int) -> int:
     finally:
         atexit._run_exitfuncs()
     return 0
+
+
+# -- the entry point's zygote ------------------------------------------------------------------
+def early(args: list[str]) -> None:
+    """(the entry point, before the CLI is imported) ``forensics ... ingest`` of two remote
+    inputs or more (forensics/ingest/ahead.py ``remote_inputs``): the pool's zygote started
+    now, ~0.1 s before the ingest's pool would start it, so that its imports run while the CLI
+    is imported and the hosts connect (docs/performance.md, "Eight hosts on 16 cores,
+    fifteenth stop"). The arguments are read here only to guess (``--jobs 1`` starts none):
+    the pool takes it whatever its workers' threads, which each fork sets; one no pool takes
+    ends with the main thread (PR_SET_PDEATHSIG). Anything unexpected starts nothing."""
+    try:
+        at = args.index("ingest")
+    except ValueError:
+        return
+    rest = args[at + 1 :]
+    jobs = _jobs_of(rest)
+    with contextlib.suppress(Exception):
+        from forensics.ingest.ahead import remote_inputs
+
+        if remote_inputs(rest, jobs) and _can_fork():
+            _EARLY.append(Zygote(1, early=True))
+
+
+def _can_fork() -> bool:
+    """Whether workers can be forked here (fork, SCM_RIGHTS, SOCK_SEQPACKET)."""
+    import socket
+
+    needs = (hasattr(socket, name) for name in ("send_fds", "SOCK_SEQPACKET"))
+    return hasattr(os, "fork") and all(needs)
+
+
+def _jobs_of(args: list[str]) -> int | None:
+    """``--jobs N`` / ``--jobs=N`` / ``-j N`` / ``-jN`` among ``args`` (None: not given, or
+    not a number: the CLI says so)."""
+    for i, arg in enumerate(args):
+        if arg in ("-j", "--jobs"):
+            value = args[i + 1] if i + 1 < len(args) else ""
+        elif arg.startswith("--jobs="):
+            value = arg[len("--jobs=") :]
+        elif arg.startswith("-j") and not arg.startswith("--"):
+            value = arg[2:]
+        else:
+            continue
+        return int(value) if value.isdigit() else None
+    return None
