@@ -50,7 +50,7 @@ def test_the_users_polars_max_threads_is_kept(tmp_path):
     assert _threads(tmp_path, 16, env_threads="7") == 7
 
 
-def test_a_workers_threads_are_its_share_of_the_cores_and_at_most_polars_threads(
+def test_a_workers_threads_are_its_share_of_the_cores_less_its_own_at_most_polars_threads(
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(pool, "default_jobs", lambda: 16)
@@ -58,7 +58,7 @@ def test_a_workers_threads_are_its_share_of_the_cores_and_at_most_polars_threads
     for jobs in (1, 2, 4, 8, 16):
         p = pool.Pool(jobs, tmp_path, pool.worker_threads(jobs))
         shares[jobs] = p._threads
-    assert shares == {1: POLARS_THREADS, 2: POLARS_THREADS, 4: 4, 8: 2, 16: 1}
+    assert shares == {1: POLARS_THREADS, 2: POLARS_THREADS, 4: 3, 8: 1, 16: 1}
 
 
 def test_a_workers_share_is_of_the_files_it_expects_at_once(tmp_path, monkeypatch):
@@ -67,8 +67,8 @@ def test_a_workers_share_is_of_the_files_it_expects_at_once(tmp_path, monkeypatc
     monkeypatch.setattr(pool, "default_jobs", lambda: 16)
     p = pool.Pool(16, tmp_path, pool.worker_threads(16), expected=2)
     assert p.share() == POLARS_THREADS
-    p.workers = [object()] * 5  # 5 started: the 6th is one of 6 at once
-    assert p.share() == 16 // 6
+    p.workers = [object()] * 3  # 3 started: the 4th is one of 4 at once
+    assert p.share() == 16 // 4 - 1
     p.workers = [object()] * 15
     assert p.share() == 1
     assert pool.Pool(16, tmp_path, pool.worker_threads(16)).share() == 1  # none expected

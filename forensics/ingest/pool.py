@@ -58,9 +58,10 @@ _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def worker_threads(jobs: int) -> int:
-    """Polars' threads in each of ``jobs`` workers: their share of the cores, POLARS_THREADS
-    at most (as in the main process, forensics/ingest/heap.py)."""
-    return max(1, min(POLARS_THREADS, default_jobs() // jobs))
+    """Polars' threads in each of ``jobs`` workers: their share of the cores less the one
+    its own threads keep busy (reading, the rule table, staging), POLARS_THREADS at most (as
+    in the main process, forensics/ingest/heap.py), one at least."""
+    return max(1, min(POLARS_THREADS, default_jobs() // jobs - 1))
 
 
 # -- the worker process ------------------------------------------------------------------------
