@@ -401,10 +401,10 @@ def test_an_ingest_imports_the_parser_while_its_remote_host_connects(
 
     from forensics import hosts
     from forensics.hosts import ssh
-    from forensics.ingest import batch
+    from forensics.ingest import early
 
     events: list[tuple[str, str]] = []
-    real_import, real_connect = batch._import_parser, hosts.SSHHost.connect
+    real_import, real_connect = early._import_parser, hosts.SSHHost.connect
 
     def importing():
         events.append(("import", threading.current_thread().name))
@@ -419,7 +419,7 @@ def test_an_ingest_imports_the_parser_while_its_remote_host_connects(
         events.append(("paramiko", threading.current_thread().name))
         return real_paramiko()
 
-    monkeypatch.setattr(batch, "_import_parser", importing)
+    monkeypatch.setattr(early, "_import_parser", importing)
     monkeypatch.setattr(hosts.SSHHost, "connect", connect)
     # paramiko first, alone, then the parser beside the handshake (by turns with the GIL,
     # the two imports delayed the connection)

@@ -30,7 +30,6 @@ import functools
 import os
 import signal
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +40,8 @@ from forensics.unread import Wrapping
 
 # what the zygote adds to polars' allocator settings: no background threads (it forks)
 MALLOC_CONF = ("_RJEM_MALLOC_CONF", "background_thread:false")
-_MSG = struct.Struct("=cii")  # a message on the control socket: kind, pid, value
+# a message on the control socket: kind, pid (a fork request's: the worker's threads), value
+_MSG = struct.Struct("=cii")
 SLICE = 0.05  # the longest the main process's lock on the zygote's socket is held
 CODE = "from forensics.ingest.zygote import zygote_entry; zygote_entry()"
 EARLY_ARG = "early"  # argv[2] of a zygote the entry point started: it dies with that thread
@@ -55,6 +55,7 @@ def interpreter(
     worker, or a zygote): polars' threads ``threads``, this forensics importable, the signals
     the main process handles blocked from its start (the mask survives exec: a Ctrl-C while it
     imports cannot print its traceback; it ignores them, then unblocks them)."""
+    import subprocess  # (here: the entry point imports this module for every ingest)
     import sys
 
     from forensics.ingest.pool import _SIGNALS
@@ -213,6 +214,8 @@ class Zygote:
 
     def close(self) -> None:
         """The zygote ends (it kills the workers it still has, reaps them, exits)."""
+        import subprocess
+
         self.sock.close()
         try:
             self.proc.wait(5)
@@ -261,6 +264,8 @@ class Forked:
         return None if self._pid is None else self._zygote.exit(self._pid)
 
     def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             code = self.poll()
