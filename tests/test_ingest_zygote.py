@@ -247,7 +247,7 @@ def test_an_ingest_of_several_hosts_starts_its_zygote_before_the_cli(
 ):
     """`forensics ingest` of two remote inputs or more: the entry point starts the pool's
     zygote before the CLI is imported (its imports then run while the CLI is imported and the
-    hosts connect: docs/performance.md, "Eight hosts on 16 cores, fourteenth stop"), and the
+    hosts connect: docs/performance.md, "Eight hosts on 16 cores, fifteenth stop"), and the
     pool forks its workers from that one; the store is the serial ingest's. A command of the
     same shape that fails leaves none behind."""
     import subprocess
