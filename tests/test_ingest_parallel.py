@@ -560,3 +560,39 @@ def test_a_worker_imports_the_parser_with_the_collector_paused():
         "pool._worker_entry()\n"
     )
     assert_prints(code, ["0", "True", "True"])
+
+
+def test_an_interrupt_at_the_ingests_end_stops_every_worker_and_says_what_was_committed(
+    tmp_path, monkeypatch
+):
+    """A Ctrl-C just after the last commit, while the pool stops: the ingest still stops
+    every process of the pool and removes its staging folder, then returns interrupted (the
+    CLI's exit 130 and its line of what was committed), where the interrupt escaped it and
+    cut the end short."""
+    from forensics.store.staging import STAGING
+
+    monkeypatch.setattr(pool, "POOL_MIN_BYTES", 0)
+    close, seen = pool.Pool.close, set()
+
+    def interrupted(self):
+        if not seen:  # the first close: the interrupt lands in it
+            seen.update(w.proc.pid for w in self.workers)
+            if self._zygote:
+                seen.add(self._zygote.proc.pid)
+            raise KeyboardInterrupt
+        close(self)
+
+    monkeypatch.setattr(pool.Pool, "close", interrupted)
+    logs = [str(_big_log(tmp_path / f"big{i}.log", 0.5, i)) for i in range(3)]
+    try:
+        s = ingest(Store.open(tmp_path / "st"), logs, jobs=2)
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt escaped the ingest's end")
+    assert s.interrupted
+    assert [(f.status, f.committed) for f in s.files] == [("new", True)] * 3
+    assert seen and _gone(seen), "a process of the pool outlived the ingest"
+    staging = tmp_path / "st" / STAGING
+    assert not staging.exists() or not any(staging.iterdir()), list(staging.iterdir())
+    monkeypatch.undo()
+    ingest(Store.open(tmp_path / "serial"), logs, jobs=1)
+    _same_store(tmp_path / "serial", tmp_path / "st")

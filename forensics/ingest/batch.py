@@ -112,15 +112,26 @@ def ingest(
         batch.stop_pool()
         batch.close_after_error()
         raise
-    finally:
-        batch.stop_pool()
-        batch.remove_staging()  # after the commits: adopted parts are renamed from there
-        batch.join_warming()  # no thread outlives the ingest
-        importing.join()
-        resume_collector()  # where no parse did (forensics/collector.py)
+    finally:  # after the commits (adopted parts are renamed from the staging folder)
+        steps = (batch.stop_pool, batch.remove_staging, batch.join_warming, importing.join)
+        _to_the_end(summary, (*steps, resume_collector))  # (the collector: where no parse did)
     summary.seconds = time.monotonic() - t0
     raise_if_nothing(summary, results_errors[0] if results_errors else None)
     return summary
+
+
+def _to_the_end(summary: IngestSummary, steps: tuple[Callable[[], Any], ...]) -> None:
+    """The end of an ingest, whatever ended it: no worker, thread or staging folder outlives
+    it. A Ctrl-C here (one just after the last commit) cuts no step short: the step is run
+    again (each can be) and the summary says it was interrupted (exit 130, what was
+    committed), where it escaped as a bare "Interrupted." and could leave the steps after."""
+    for step in steps:
+        while True:
+            try:
+                step()
+                break
+            except KeyboardInterrupt:
+                summary.interrupted = True
 
 
 def _warm_adoption() -> None:
@@ -454,15 +465,15 @@ class _Batch:
     def stop_pool(self) -> list[FileOutcome]:
         """Stop the workers (none outlives the ingest); -> the outcomes of files not adopted
         (their parts stay in the staging folder until ``remove_staging``)."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            ahead.close()
+        if self.ahead is not None:  # each one dropped once closed: run again, it goes on
+            self.ahead.close()
+            self.ahead = None
         if self.pool is None:
             return []
-        pool, self.pool = self.pool, None
         pending, self.pending = self.pending, []
-        self.staging = pool.staging
-        pool.close()
+        self.staging = self.pool.staging
+        self.pool.close()
+        self.pool = None
         return [j.out for j in pending]
 
     def remove_staging(self) -> None:
