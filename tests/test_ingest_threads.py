@@ -56,8 +56,7 @@ def test_a_workers_threads_are_its_share_of_the_cores_less_its_own_at_most_polar
     monkeypatch.setattr(pool, "default_jobs", lambda: 16)
     shares = {}
     for jobs in (1, 2, 4, 8, 16):
-        p = pool.Pool(jobs, tmp_path, pool.worker_threads(jobs))
-        shares[jobs] = p._threads
+        shares[jobs] = pool.Pool(jobs, tmp_path).share()  # (none expected: ``jobs`` at once)
     assert shares == {1: POLARS_THREADS, 2: POLARS_THREADS, 4: 3, 8: 1, 16: 1}
 
 
@@ -65,13 +64,13 @@ def test_a_workers_share_is_of_the_files_it_expects_at_once(tmp_path, monkeypatc
     """2 hosts' logs on 16 cores: each of the 2 workers gets 4 threads, not 16 jobs' 1; the
     share shrinks as more workers start than the pool expected (a glob of many logs)."""
     monkeypatch.setattr(pool, "default_jobs", lambda: 16)
-    p = pool.Pool(16, tmp_path, pool.worker_threads(16), expected=2)
+    p = pool.Pool(16, tmp_path, expected=2)
     assert p.share() == POLARS_THREADS
     p.workers = [object()] * 3  # 3 started: the 4th is one of 4 at once
     assert p.share() == 16 // 4 - 1
     p.workers = [object()] * 15
     assert p.share() == 1
-    assert pool.Pool(16, tmp_path, pool.worker_threads(16)).share() == 1  # none expected
+    assert pool.Pool(16, tmp_path).share() == 1  # none expected
 
 
 # a sitecustomize: each process that has imported polars notes, at its exit, its pid and the

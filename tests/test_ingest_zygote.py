@@ -133,7 +133,7 @@ def test_the_zygote_reports_each_workers_exit_and_ends_the_rest_when_closed():
     parent, reaps them and says so. Closing it ends it and the worker it still has."""
     from forensics.ingest.zygote import Zygote
 
-    z = Zygote.start(1)
+    z = Zygote.start()
     assert z is not None
     workers = [pool._Worker(1, z) for _ in range(3)]
     try:
@@ -159,7 +159,7 @@ def test_a_worker_killed_before_this_process_knows_its_pid_ends_its_pipe():
 
     from forensics.ingest.zygote import Zygote
 
-    z = Zygote.start(1)
+    z = Zygote.start()
     assert z is not None
     w = pool._Worker(1, z)
     try:
@@ -197,7 +197,7 @@ def test_a_closed_zygote_ends_without_the_interpreters_teardown(tmp_path, monkey
 
     noted = tmp_path / "exits"
     _site(tmp_path, monkeypatch, AT_EXIT.format(path=str(noted)))
-    z = Zygote.start(1)
+    z = Zygote.start()
     assert z is not None
     w = pool._Worker(1, z)
     try:
@@ -303,7 +303,7 @@ def test_the_entry_points_guess_of_an_ingest_of_several_hosts(ssh_config):
             assert bool(zygote._EARLY) == started, args
             if started and "3" in args:
                 z = zygote._EARLY[0]
-                assert zygote.Zygote.start(3) is z and not zygote._EARLY
+                assert zygote.Zygote.start() is z and not zygote._EARLY
                 zygote._EARLY.append(z)  # (closed below)
         finally:
             while zygote._EARLY:

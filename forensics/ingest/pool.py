@@ -306,21 +306,15 @@ class _Worker:
 
 
 class Pool:
-    """Up to ``jobs`` worker processes, started when a file needs one (``threads``: polars'
-    threads in each)."""
+    """Up to ``jobs`` worker processes, started when a file needs one (each with its share
+    of polars' threads: ``share``)."""
 
     def __init__(
-        self,
-        jobs: int,
-        staging: Path,
-        threads: int = 1,
-        store: Path | None = None,
-        expected: int | None = None,
+        self, jobs: int, staging: Path, store: Path | None = None, expected: int | None = None
     ):
         self.jobs = jobs
         self.staging = staging
         self.store = store  # the store's folder: a worker's verdicts use its model
-        self._threads = threads  # the fewest a worker gets (the share of ``jobs`` workers)
         # the files it is likely to parse at once (the logs listed, or the remote inputs
         # before): a worker's share of the cores is of those, not of ``jobs`` (``share``)
         self.expected = expected
@@ -334,14 +328,14 @@ class Pool:
         cores shared among the workers' polars threads (``share``)."""
         from forensics.store.staging import new_staging
 
-        return cls(jobs, new_staging(root), worker_threads(jobs), store=root, expected=expected)
+        return cls(jobs, new_staging(root), store=root, expected=expected)
 
     def share(self) -> int:
         """Polars' threads of the next worker: the cores shared among the workers that will
         parse at once, those started and this one or ``expected`` if more, ``jobs`` at most
         (2 hosts' logs on 16 cores: 4 threads each, where 16 jobs' share was 1)."""
         at_once = max(len(self.workers) + 1, self.expected or self.jobs)
-        return max(self._threads, worker_threads(min(self.jobs, at_once)))
+        return worker_threads(min(self.jobs, at_once))
 
     def prestart(self, idle: int) -> None:
         """Workers started now, ``jobs`` at most, until ``idle`` of them wait for a file."""
@@ -430,7 +424,7 @@ class Pool:
         if self._zygote is None:
             from forensics.ingest.zygote import Zygote
 
-            self._zygote = Zygote.start(self.share()) or False  # False: none (spawned)
+            self._zygote = Zygote.start() or False  # False: none (spawned)
         return _Worker(self.share(), self._zygote or None)
 
     def wait(self, block: bool) -> None:

@@ -83,7 +83,7 @@ class Zygote:
     replies are read by whichever thread needs one (under ``_lock``): a fork's pid, a
     worker's exit status, or that it cannot fork (``threads``: the pool spawns instead)."""
 
-    def __init__(self, threads: int, early: bool = False):
+    def __init__(self, early: bool = False):
         import socket
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -92,7 +92,8 @@ class Zygote:
         env[name] = ",".join(c for c in (env.get(name), conf) if c)
         try:
             more = (EARLY_ARG,) if early else ()
-            self.proc = interpreter(CODE, theirs.fileno(), threads, env, *more)
+            # one polars thread: it starts no pool of them (each fork sets its worker's)
+            self.proc = interpreter(CODE, theirs.fileno(), 1, env, *more)
         except BaseException:
             ours.close()
             raise
@@ -107,7 +108,7 @@ class Zygote:
         self.gone = False  # its control socket ended: its children are killed with it
 
     @classmethod
-    def start(cls, threads: int) -> Zygote | None:
+    def start(cls) -> Zygote | None:
         """A zygote (the entry point's, ``early``, if it lives: each fork sets its worker's
         threads), or None where workers cannot be forked (no fork, no SCM_RIGHTS)."""
         while _EARLY:
@@ -118,7 +119,7 @@ class Zygote:
         if not _can_fork():
             return None
         try:
-            return cls(threads)
+            return cls()
         except OSError:
             return None
 
@@ -436,8 +437,8 @@ def _reap(ctl: Any, children: set[int], block: bool) -> None:
 
 
 def _fork(fd: int, close: tuple[int, ...], deferred: _DeferredStartup, threads: int) -> int:
-    """A worker on the socket ``fd``, of ``threads`` polars threads (0: the zygote's): its
-    pid (here the fd is closed)."""
+    """A worker on the socket ``fd``, of ``threads`` polars threads: its pid (here the fd
+    is closed)."""
     import ctypes  # noqa: F401 - imported here, not in each worker
     import gc
 
@@ -482,8 +483,7 @@ def _worker(fd: int, deferred: _DeferredStartup, threads: int) -> int:
     from forensics.collector import resume
     from forensics.ingest import pool
 
-    if threads > 0:
-        os.environ["POLARS_MAX_THREADS"] = str(threads)
+    os.environ["POLARS_MAX_THREADS"] = str(threads)
     deferred.run()
     resume()
     try:
@@ -512,7 +512,7 @@ def early(args: list[str]) -> None:
         from forensics.ingest.ahead import remote_inputs
 
         if remote_inputs(rest, jobs) and _can_fork():
-            _EARLY.append(Zygote(1, early=True))
+            _EARLY.append(Zygote(early=True))
 
 
 def _can_fork() -> bool:
